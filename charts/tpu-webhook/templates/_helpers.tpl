@@ -1,0 +1,128 @@
+{{/* Chart name, truncated to the 63 characters of a label value. */}}
+{{- define "tpu-webhook.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Fully qualified name: "<release>-<chart>", or "<release>" when it already contains the chart
+name. Truncated to 63 characters (DNS label limit of Service names).
+*/}}
+{{- define "tpu-webhook.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "tpu-webhook.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Standard labels on every object. */}}
+{{- define "tpu-webhook.labels" -}}
+helm.sh/chart: {{ include "tpu-webhook.chart" . }}
+{{ include "tpu-webhook.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: admission-webhook
+app.kubernetes.io/part-of: tpu-webhook
+{{- end }}
+
+{{/* Selector labels: stable across upgrades (a Deployment selector is immutable). */}}
+{{- define "tpu-webhook.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "tpu-webhook.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "tpu-webhook.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "tpu-webhook.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* Image reference: repository[:tag][@digest]; the tag defaults to appVersion. */}}
+{{- define "tpu-webhook.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- if .Values.image.digest }}
+{{- printf "%s:%s@%s" .Values.image.repository $tag .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/* The Service name is the fullname; it is also the first certificate SAN. */}}
+{{- define "tpu-webhook.serviceName" -}}
+{{- include "tpu-webhook.fullname" . }}
+{{- end }}
+
+{{/* DNS names the serving certificate must carry. */}}
+{{- define "tpu-webhook.dnsNames" -}}
+{{- $svc := include "tpu-webhook.serviceName" . }}
+{{- $ns := .Release.Namespace }}
+{{- list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) | toJson }}
+{{- end }}
+
+{{/* TLS Secret the server mounts. */}}
+{{- define "tpu-webhook.tlsSecretName" -}}
+{{- if eq .Values.certificates.mode "existingSecret" }}
+{{- required "certificates.existingSecret.name is required when certificates.mode is existingSecret" .Values.certificates.existingSecret.name }}
+{{- else }}
+{{- default (printf "%s-tls" (include "tpu-webhook.fullname" .)) .Values.certificates.secretName }}
+{{- end }}
+{{- end }}
+
+{{/* cert-manager serving Certificate name (the target of cert-manager.io/inject-ca-from). */}}
+{{- define "tpu-webhook.certificateName" -}}
+{{- printf "%s-serving" (include "tpu-webhook.fullname" .) }}
+{{- end }}
+
+{{/*
+Base64 of a PEM CA given in values, for clientConfig.caBundle. Fails on text that is not PEM so
+a base64 string pasted by habit is caught at render time instead of at the first admission call.
+Call with (list <pem> <values path for the message>).
+*/}}
+{{- define "tpu-webhook.pemToCABundle" -}}
+{{- $pem := index . 0 | trim }}
+{{- $path := index . 1 }}
+{{- if not (hasPrefix "-----BEGIN CERTIFICATE-----" $pem) }}
+{{- fail (printf "%s must be a PEM certificate (\"-----BEGIN CERTIFICATE-----...\"), not base64 or empty" $path) }}
+{{- end }}
+{{- $pem | b64enc }}
+{{- end }}
+
+{{/*
+Checks of value combinations that the schema cannot express with a clear message. Included
+by every template that depends on them, so `helm template -s` of any file still checks.
+*/}}
+{{- define "tpu-webhook.validate" -}}
+{{- $url := .Values.webhook.url }}
+{{- if $url.enabled }}
+{{- if not $url.iUnderstandThisIsForTesting }}
+{{- fail "webhook.url.enabled sends admission reviews to webhook.url.base instead of the in-cluster Service; it is for tests and development only. Set webhook.url.iUnderstandThisIsForTesting=true to confirm." }}
+{{- end }}
+{{- if not (hasPrefix "https://" $url.base) }}
+{{- fail "webhook.url.base must be an https:// URL (e.g. https://127.0.0.1:18443) when webhook.url.enabled is true" }}
+{{- end }}
+{{- if hasSuffix "/" $url.base }}
+{{- fail "webhook.url.base must not end with /; the chart appends /mutate, /validate and /validate/warn" }}
+{{- end }}
+{{- else if not .Values.deployment.enabled }}
+{{- fail "deployment.enabled=false leaves the webhooks without a server; it is only allowed with webhook.url.enabled=true" }}
+{{- end }}
+{{- if eq .Values.certificates.mode "existingSecret" }}
+{{- if and .Values.deployment.enabled (not .Values.certificates.existingSecret.name) }}
+{{- fail "certificates.existingSecret.name is required when certificates.mode is existingSecret" }}
+{{- end }}
+{{- if and (not $url.enabled) (not .Values.certificates.existingSecret.caBundle) }}
+{{- fail "certificates.existingSecret.caBundle (the PEM CA that signed the Secret's certificate) is required when certificates.mode is existingSecret: the API server needs it to trust the webhook" }}
+{{- end }}
+{{- end }}
+{{- end }}

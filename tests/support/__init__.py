@@ -1,0 +1,1 @@
+"""Test support: the end-to-end control plane and its pytest plugin."""

@@ -1,0 +1,185 @@
+"""Read, validate and merge catalog files into an indexed `Catalog`.
+
+The packaged `tpus.yaml` is always loaded; an operator's file (`--catalog`) extends it: an
+accelerator with a known name replaces the packaged entry, a new name is added.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from webhook.catalog.quantity import QuantityError, parse_quantity
+from webhook.catalog.tpu import (
+    Catalog,
+    MachineType,
+    Port,
+    build_accelerator,
+    build_catalog,
+    topology_dimensions,
+)
+
+
+class CatalogError(ValueError):
+    """A catalog file that cannot be used; the message names the file and the field."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class _Port(_Model):
+    name: str = Field(pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$", max_length=15)
+    container_port: int = Field(alias="containerPort", ge=1, le=65535)
+
+
+class _MachineType(_Model):
+    name: str = Field(min_length=1)
+    chips: int = Field(gt=0)
+    cpu: str
+    memory: str
+    capacity_confirmed: bool = Field(default=True, alias="capacityConfirmed")
+
+    @field_validator("cpu", "memory", mode="before")
+    @classmethod
+    def _quantity(cls, value: Any) -> str:
+        try:
+            parse_quantity(value)
+        except QuantityError as error:
+            raise ValueError(f"must be a Kubernetes quantity such as 240 or 407G: {error}") from None
+        return str(value)
+
+
+class _MultiHost(_Model):
+    chips_per_host: int = Field(alias="chipsPerHost", gt=0)
+    topologies: tuple[str, ...] = ()
+    multiple_of: int | None = Field(default=None, alias="multipleOf", gt=0)
+    max_chips: int | None = Field(default=None, alias="maxChips", gt=0)
+
+    @model_validator(mode="after")
+    def _rule_is_complete(self) -> _MultiHost:
+        if (self.multiple_of is None) != (self.max_chips is None):
+            raise ValueError("multipleOf and maxChips go together")
+        return self
+
+
+class _Accelerator(_Model):
+    name: str = Field(pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$", max_length=63)
+    generation: str = ""
+    dimensions: int = Field(ge=2, le=3)
+    machine_types: tuple[_MachineType, ...] = Field(alias="machineTypes", min_length=1)
+    single_host: tuple[str, ...] = Field(default=(), alias="singleHost")
+    multi_host: _MultiHost | None = Field(default=None, alias="multiHost")
+    multiple_tpu_containers: bool = Field(default=False, alias="multipleTpuContainers")
+
+    @model_validator(mode="after")
+    def _topologies_fit(self) -> _Accelerator:
+        multi = self.multi_host.topologies if self.multi_host else ()
+        chips = {m.chips for m in self.machine_types}
+        for topology in (*self.single_host, *multi):
+            dims = topology_dimensions(topology)
+            if dims is None or len(dims) != self.dimensions:
+                raise ValueError(
+                    f"topology {topology!r} must have {self.dimensions} dimensions, like "
+                    f"{'x'.join(['2'] * self.dimensions)}"
+                )
+        for topology in self.single_host:
+            total = _product(topology)
+            if total not in chips:
+                raise ValueError(
+                    f"single-host topology {topology} has {total} chips but no machine type "
+                    f"has {total} (machine types have {sorted(chips)})"
+                )
+        if self.multi_host and self.multi_host.chips_per_host not in chips:
+            raise ValueError(
+                f"multiHost.chipsPerHost {self.multi_host.chips_per_host} matches no machine type"
+            )
+        return self
+
+
+class _CatalogFile(_Model):
+    version: int = Field(ge=1, le=1)
+    ports: tuple[_Port, ...] | None = None
+    unverified_accelerators: tuple[str, ...] | None = Field(
+        default=None, alias="unverifiedAccelerators"
+    )
+    accelerators: tuple[_Accelerator, ...] = ()
+
+
+def load_catalog(extra: Path | None = None) -> Catalog:
+    """The packaged catalog, extended by `extra` when given. Raises CatalogError."""
+    packaged = resources.files("webhook.catalog").joinpath("tpus.yaml").read_text("utf-8")
+    base = _parse(packaged, "packaged tpus.yaml")
+    if extra is None:
+        return _build(base)
+    try:
+        text = extra.read_text("utf-8")
+    except OSError as error:
+        raise CatalogError(f"catalog {extra}: cannot read: {error.strerror}") from None
+    return _build(_merge(base, _parse(text, f"catalog {extra}")))
+
+
+def _parse(text: str, source: str) -> _CatalogFile:
+    try:
+        data = YAML(typ="safe", pure=True).load(text)
+    except YAMLError as error:
+        raise CatalogError(f"{source}: not valid YAML: {error}") from None
+    try:
+        return _CatalogFile.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}"
+            for e in error.errors()
+        )
+        raise CatalogError(f"{source}: {problems}") from None
+
+
+def _merge(base: _CatalogFile, extra: _CatalogFile) -> _CatalogFile:
+    accelerators = {a.name: a for a in base.accelerators}
+    accelerators.update({a.name: a for a in extra.accelerators})
+    return _CatalogFile(
+        version=extra.version,
+        ports=extra.ports if extra.ports is not None else base.ports,
+        unverified_accelerators=(
+            extra.unverified_accelerators
+            if extra.unverified_accelerators is not None
+            else base.unverified_accelerators
+        ),
+        accelerators=tuple(accelerators.values()),
+    )
+
+
+def _build(data: _CatalogFile) -> Catalog:
+    accelerators = [
+        build_accelerator(
+            name=a.name,
+            generation=a.generation,
+            dimensions=a.dimensions,
+            machine_types=[
+                MachineType(m.name, m.chips, parse_quantity(m.cpu), parse_quantity(m.memory),
+                            m.cpu, m.memory, m.capacity_confirmed)
+                for m in a.machine_types
+            ],
+            single_host=a.single_host,
+            multi_host=a.multi_host.topologies if a.multi_host else (),
+            multi_host_chips_per_host=a.multi_host.chips_per_host if a.multi_host else None,
+            multiple_of=a.multi_host.multiple_of if a.multi_host else None,
+            max_chips=a.multi_host.max_chips if a.multi_host else None,
+            multiple_tpu_containers=a.multiple_tpu_containers,
+        )
+        for a in data.accelerators
+    ]
+    ports = [Port(p.name, p.container_port) for p in data.ports or ()]
+    return build_catalog(accelerators, ports, data.unverified_accelerators or ())
+
+
+def _product(topology: str) -> int:
+    total = 1
+    for side in topology_dimensions(topology) or ():
+        total *= side
+    return total

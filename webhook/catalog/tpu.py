@@ -1,0 +1,202 @@
+"""The TPU catalog, indexed once at start-up, and the Kubernetes names of everything TPU.
+
+Every number a rule uses comes from here; every lookup a request makes is a dict hit.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
+TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
+TPU_RESOURCE = "google.com/tpu"
+TPU_WORKER_ID = "TPU_WORKER_ID"
+TPU_WORKER_HOSTNAMES = "TPU_WORKER_HOSTNAMES"
+JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+LEGACY_JOB_NAME_LABEL = "job-name"
+POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
+MAX_HOSTNAME_LENGTH = 63
+
+
+@dataclass(frozen=True, slots=True)
+class Port:
+    name: str
+    container_port: int
+
+
+@dataclass(frozen=True, slots=True)
+class MachineType:
+    name: str
+    chips: int
+    cpu: Decimal
+    memory: Decimal
+    cpu_text: str
+    memory_text: str
+    capacity_confirmed: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class SliceShape:
+    """One way to run a topology: how many chips each host (Pod) runs, and how many hosts."""
+
+    accelerator: str
+    topology: str
+    chips: int
+    chips_per_host: int
+    hosts: int
+    machine: MachineType | None
+
+    @property
+    def multi_host(self) -> bool:
+        return self.hosts > 1
+
+    def describe(self) -> str:
+        """`2x2x4 = 16 chips at 4 per host needs 4 hosts`."""
+        hosts = "1 host" if self.hosts == 1 else f"{self.hosts} hosts"
+        return (
+            f"{self.topology} = {self.chips} chips at {self.chips_per_host} per host "
+            f"needs {hosts}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Accelerator:
+    name: str
+    generation: str
+    dimensions: int
+    machine_types: tuple[MachineType, ...]
+    single_host: tuple[str, ...]
+    multi_host: tuple[str, ...]
+    multi_host_chips_per_host: int | None
+    multiple_of: int | None
+    max_chips: int | None
+    multiple_tpu_containers: bool
+    shapes: Mapping[str, tuple[SliceShape, ...]] = field(repr=False)
+
+    @property
+    def example_topology(self) -> str:
+        return (self.multi_host or self.single_host)[0]
+
+    def offered(self) -> str:
+        """`1x1, 2x2, 2x4, 4x4, ...` plus the dimension rule, for messages."""
+        listed = ", ".join(dict.fromkeys((*self.single_host, *self.multi_host)))
+        if self.multiple_of is None:
+            return listed
+        return (
+            f"{listed}, or any {'x'.join('ABC'[: self.dimensions])} with every dimension a "
+            f"multiple of {self.multiple_of} up to {self.max_chips} chips"
+        )
+
+
+def topology_dimensions(topology: str) -> tuple[int, ...] | None:
+    """`"2x2x4"` -> (2, 2, 4); None when malformed."""
+    parts = topology.split("x")
+    if not all(part.isdigit() and part[0] != "0" for part in parts) or len(parts) not in (2, 3):
+        return None
+    return tuple(int(part) for part in parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    accelerators: Mapping[str, Accelerator]
+    ports: tuple[Port, ...]
+    unverified: frozenset[str]
+    _near_misses: Mapping[str, str] = field(repr=False)
+
+    def accelerator(self, name: str) -> Accelerator | None:
+        return self.accelerators.get(name)
+
+    def shapes(self, accelerator: Accelerator, topology: str) -> tuple[SliceShape, ...]:
+        return accelerator.shapes.get(topology, ())
+
+    def near_miss(self, value: str) -> str | None:
+        """The known label `value` most likely meant (a typo or a machine type), if any."""
+        if value in self.unverified:
+            return None
+        known = self._near_misses.get(value)
+        if known is not None:
+            return known
+        close = difflib.get_close_matches(value, list(self.accelerators), n=1, cutoff=0.8)
+        return close[0] if close else None
+
+    def is_machine_type(self, value: str) -> bool:
+        return any(m.name == value for a in self.accelerators.values() for m in a.machine_types)
+
+    def names(self) -> str:
+        return ", ".join(self.accelerators)
+
+
+def build_accelerator(
+    name: str,
+    generation: str,
+    dimensions: int,
+    machine_types: Iterable[MachineType],
+    single_host: Iterable[str],
+    multi_host: Iterable[str] = (),
+    multi_host_chips_per_host: int | None = None,
+    multiple_of: int | None = None,
+    max_chips: int | None = None,
+    multiple_tpu_containers: bool = False,
+) -> Accelerator:
+    """Index every (topology, chips per host) this accelerator can run."""
+    machines = tuple(machine_types)
+    by_chips = {m.chips: m for m in machines}
+    singles, multis = tuple(single_host), tuple(multi_host)
+    shapes: dict[str, list[SliceShape]] = {}
+    for topology in singles:
+        chips = _chips(topology)
+        shapes.setdefault(topology, []).append(
+            SliceShape(name, topology, chips, chips, 1, by_chips.get(chips))
+        )
+    per_host = multi_host_chips_per_host or 0
+    ruled = _ruled_topologies(dimensions, multiple_of, max_chips) if per_host else ()
+    for topology in dict.fromkeys((*multis, *ruled)):
+        chips = _chips(topology)
+        if per_host and chips % per_host == 0 and chips > per_host:
+            shape = SliceShape(name, topology, chips, per_host, chips // per_host,
+                               by_chips.get(per_host))
+            shapes.setdefault(topology, []).append(shape)
+    return Accelerator(
+        name=name, generation=generation, dimensions=dimensions, machine_types=machines,
+        single_host=singles, multi_host=multis, multi_host_chips_per_host=multi_host_chips_per_host,
+        multiple_of=multiple_of, max_chips=max_chips,
+        multiple_tpu_containers=multiple_tpu_containers,
+        shapes={topology: tuple(options) for topology, options in shapes.items()},
+    )
+
+
+def build_catalog(
+    accelerators: Iterable[Accelerator], ports: Iterable[Port], unverified: Iterable[str] = ()
+) -> Catalog:
+    table = {a.name: a for a in accelerators}
+    near = {m.name: a.name for a in table.values() for m in a.machine_types}
+    return Catalog(table, tuple(ports), frozenset(unverified), near)
+
+
+def _chips(topology: str) -> int:
+    dims = topology_dimensions(topology)
+    if dims is None:
+        raise ValueError(f"malformed topology {topology!r}: expected AxB or AxBxC")
+    return math.prod(dims)
+
+
+def _ruled_topologies(dimensions: int, step: int | None, max_chips: int | None) -> list[str]:
+    """Every non-decreasing AxB(xC) of multiples of `step` with at most `max_chips` chips."""
+    if step is None or max_chips is None:
+        return []
+
+    def grow(prefix: tuple[int, ...], product: int) -> Iterable[tuple[int, ...]]:
+        if len(prefix) == dimensions:
+            yield prefix
+            return
+        side = prefix[-1] if prefix else step
+        while product * side ** (dimensions - len(prefix)) <= max_chips:
+            yield from grow((*prefix, side), product * side)
+            side += step
+
+    return ["x".join(map(str, dims)) for dims in grow((), 1)]

@@ -1,0 +1,187 @@
+"""Targeted JSON Patch operations that fill in what a TPU workload is missing.
+
+Only ever `add` where a value is absent: a present value (the user's or GKE's) is never touched,
+and mutating the patched object again yields no operation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from webhook.catalog.tpu import (
+    JOB_COMPLETION_INDEX,
+    JOB_NAME_LABEL,
+    LEGACY_JOB_NAME_LABEL,
+    TPU_WORKER_HOSTNAMES,
+    TPU_WORKER_ID,
+    Port,
+    SliceShape,
+)
+from webhook.policy.paths import FieldPath
+from webhook.policy.podspec import Container, TpuSpec, containers
+from webhook.policy.slice_rules import owned_by_slice_controller
+from webhook.policy.violations import ErrorType, Violation
+from webhook.policy.workloads import Workload, dig
+
+PatchOp = dict[str, Any]
+EnvVar = dict[str, Any]
+
+
+def copy_missing_limits(tpu: TpuSpec, resources: Iterable[str]) -> list[PatchOp]:
+    """requests -> limits (and limits -> requests) for the TPU containers, where one is missing."""
+    names = tuple(resources)
+    ops: list[PatchOp] = []
+    for container in tpu.tpu_containers():
+        requests, limits = container.resources("requests"), container.resources("limits")
+        ops += _add_entries(container, "limits",
+                            {n: requests[n] for n in names if n in requests and n not in limits})
+        ops += _add_entries(container, "requests",
+                            {n: limits[n] for n in names if n in limits and n not in requests})
+    return ops
+
+
+def add_missing_ports(tpu: TpuSpec, ports: Iterable[Port]) -> list[PatchOp]:
+    """The catalog's TPU ports on each TPU container, unless a port with that number is there."""
+    taken = {p.get("name") for c in _all_containers(tpu) for p in _ports(c)}
+    ops: list[PatchOp] = []
+    for container in tpu.tpu_containers():
+        if container.init:
+            continue
+        numbers = {p.get("containerPort") for p in _ports(container)}
+        missing = []
+        for port in ports:
+            if port.container_port in numbers:
+                continue
+            name = _unique(port.name, taken)
+            taken.add(name)
+            missing.append({"name": name, "containerPort": port.container_port,
+                            "protocol": "TCP"})
+        ops += _append(container.path.child("ports"), container.body.get("ports"), missing)
+    return ops
+
+
+def add_missing_env(tpu: TpuSpec, env: list[EnvVar]) -> list[PatchOp]:
+    """`env` entries on each TPU app container whose names are not set there yet."""
+    ops: list[PatchOp] = []
+    for container in tpu.tpu_containers():
+        if container.init:
+            continue
+        present = container.body.get("env")
+        names = {e.get("name") for e in present if isinstance(e, Mapping)} if isinstance(
+            present, list) else set()
+        ops += _append(container.path.child("env"), present,
+                       [e for e in env if e["name"] not in names])
+    return ops
+
+
+def worker_env(
+    obj: Mapping[str, Any], workload: Workload, tpu: TpuSpec, shape: SliceShape
+) -> tuple[list[EnvVar], list[PatchOp], list[Violation]]:
+    """TPU_WORKER_ID / TPU_WORKER_HOSTNAMES for a multi-host workload, plus a defaulted subdomain."""
+    hosts = workload.hosts
+    if hosts is None:
+        return _pod_worker_env(obj, workload, tpu, shape)
+    if hosts.indexed_mode is not None:
+        field, required = hosts.indexed_mode
+        if dig(obj, (*hosts.controller, field)) != required:
+            return [], [], []
+    env: list[EnvVar] = [{"name": TPU_WORKER_ID,
+                          "valueFrom": {"fieldRef": {"fieldPath": hosts.index_field_ref}}}]
+    name = dig(obj, ("metadata", "name")) if hosts.named_by_object else None
+    if not isinstance(name, str) or not name:
+        return env, [], []
+    ops: list[PatchOp] = []
+    warnings: list[Violation] = []
+    if hosts.service is not None:
+        service = dig(obj, hosts.service)
+    else:
+        service, ops, warnings = _subdomain(tpu, name, shape)
+    if isinstance(service, str) and service:
+        env.append({"name": TPU_WORKER_HOSTNAMES, "value": hostnames(name, service, shape.hosts)})
+    return env, ops, warnings
+
+
+def hostnames(name: str, service: str, hosts: int) -> str:
+    return ",".join(f"{name}-{i}.{service}" for i in range(hosts))
+
+
+def _pod_worker_env(
+    obj: Mapping[str, Any], workload: Workload, tpu: TpuSpec, shape: SliceShape
+) -> tuple[list[EnvVar], list[PatchOp], list[Violation]]:
+    """A Pod of an Indexed Job that still lacks the variables (generateName, an older Job)."""
+    annotations = dig(obj, ("metadata", "annotations"))
+    labels = dig(obj, ("metadata", "labels"))
+    if workload.kind != "Pod" or not owned_by_slice_controller(obj):
+        return [], [], []
+    index = annotations.get(JOB_COMPLETION_INDEX) if isinstance(annotations, Mapping) else None
+    job = None
+    if isinstance(labels, Mapping):
+        job = labels.get(JOB_NAME_LABEL) or labels.get(LEGACY_JOB_NAME_LABEL)
+    if not isinstance(index, str) or not index.isdigit() or not isinstance(job, str) or not job:
+        return [], [], []
+    service, ops, warnings = _subdomain(tpu, job, shape)
+    env = [{"name": TPU_WORKER_ID, "value": index},
+           {"name": TPU_WORKER_HOSTNAMES, "value": hostnames(job, str(service), shape.hosts)}]
+    return env, ops, warnings
+
+
+def _subdomain(
+    tpu: TpuSpec, name: str, shape: SliceShape
+) -> tuple[object, list[PatchOp], list[Violation]]:
+    present = tpu.spec.get("subdomain")
+    if present:  # set by the user (a wrong type is the API server's to reject)
+        return present, [], []
+    field = tpu.at.child("subdomain")
+    warning = Violation(
+        "tpu.subdomain-defaulted", field, ErrorType.DEFAULTED,
+        f"set to the Job name so the {shape.hosts} hosts resolve as {name}-0.{name} .. "
+        f"{name}-{shape.hosts - 1}.{name}; create a headless Service named {name!r} "
+        f"(clusterIP: None) selecting the Job's Pods".replace("'", '"'),
+        name, advisory=True,
+    )
+    return name, [{"op": "add", "path": field.pointer(), "value": name}], [warning]
+
+
+def _add_entries(container: Container, which: str, entries: dict[str, Any]) -> list[PatchOp]:
+    if not entries:
+        return []
+    resources = container.body.get("resources")
+    if resources is None:
+        path = container.path.child("resources").pointer()
+        return [{"op": "add", "path": path, "value": {which: entries}}]
+    section = resources.get(which) if isinstance(resources, Mapping) else False
+    if section is None:
+        path = container.path.child("resources", which).pointer()
+        return [{"op": "add", "path": path, "value": entries}]
+    if not isinstance(section, Mapping):
+        return []  # a value of the wrong type is the user's: reported, never replaced
+    return [
+        {"op": "add", "path": container.resource_path(which, name).pointer(), "value": value}
+        for name, value in entries.items()
+    ]
+
+
+def _append(at: FieldPath, present: object, items: list[Any]) -> list[PatchOp]:
+    if not items or (present is not None and not isinstance(present, list)):
+        return []  # a value of the wrong type is the user's: reported, never replaced
+    if present is None:
+        return [{"op": "add", "path": at.pointer(), "value": items}]
+    return [{"op": "add", "path": at.pointer() + "/-", "value": item} for item in items]
+
+
+def _ports(container: Container) -> list[Mapping[str, Any]]:
+    ports = container.body.get("ports")
+    return [p for p in ports if isinstance(p, Mapping)] if isinstance(ports, list) else []
+
+
+def _all_containers(tpu: TpuSpec) -> list[Container]:
+    return list(containers(tpu.spec, tpu.at))
+
+
+def _unique(name: str, taken: set[object]) -> str:
+    candidate, n = name, 2
+    while candidate in taken:
+        suffix = f"-{n}"
+        candidate, n = name[: 15 - len(suffix)] + suffix, n + 1
+    return candidate

@@ -1,0 +1,138 @@
+"""What a pod spec says about TPUs: selectors, the containers that request chips, and the slice.
+
+Reads objects exactly as sent; a field of the wrong type reads as absent here and is reported by
+the rule that cares (never an exception).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from webhook.catalog.quantity import QuantityError, parse_quantity
+from webhook.catalog.tpu import (
+    ACCELERATOR_LABEL,
+    TOPOLOGY_LABEL,
+    TPU_RESOURCE,
+    Accelerator,
+    Catalog,
+    SliceShape,
+)
+from webhook.policy.paths import FieldPath
+
+CONTAINER_LISTS = ("containers", "initContainers")
+
+
+@dataclass(frozen=True, slots=True)
+class Container:
+    path: FieldPath  # spec.containers[0]
+    body: Mapping[str, Any]
+    init: bool = False
+
+    def resources(self, which: str) -> Mapping[str, Any]:
+        resources = self.body.get("resources")
+        found = resources.get(which) if isinstance(resources, Mapping) else None
+        return found if isinstance(found, Mapping) else {}
+
+    def resource_path(self, which: str, name: str) -> FieldPath:
+        return self.path.child("resources", which).key(name)
+
+
+@dataclass(frozen=True, slots=True)
+class ChipRequest:
+    container: Container
+    field: FieldPath  # requests[google.com/tpu] when set, else limits[google.com/tpu]
+    value: object  # as written
+    chips: int | None  # None: not a whole, non-negative number
+
+
+@dataclass(frozen=True, slots=True)
+class TpuSpec:
+    at: FieldPath
+    spec: Mapping[str, Any]
+    accelerator_value: object  # None when absent
+    topology_value: object
+    chips: tuple[ChipRequest, ...]  # app containers first, then init containers
+
+    @property
+    def selector(self) -> FieldPath:
+        return self.at.child("nodeSelector")
+
+    def chips_per_pod(self) -> int | None:
+        """The chips one Pod runs: what the (first) TPU container asks for."""
+        counts = [c.chips for c in self.chips if c.chips is not None]
+        return counts[0] if counts else None
+
+    def tpu_containers(self) -> list[Container]:
+        seen: dict[FieldPath, Container] = {}
+        for request in self.chips:
+            seen.setdefault(request.container.path, request.container)
+        return list(seen.values())
+
+
+def containers(spec: Mapping[str, Any], at: FieldPath) -> Iterator[Container]:
+    for list_name in CONTAINER_LISTS:
+        items = spec.get(list_name)
+        if not isinstance(items, list):
+            continue
+        for position, body in enumerate(items):
+            if isinstance(body, Mapping):
+                path = at.child(list_name).index(position)
+                yield Container(path, body, init=list_name == "initContainers")
+
+
+def read_tpu_spec(spec: object, at: FieldPath) -> TpuSpec | None:
+    """The TPU view of a pod spec; None when it is not a TPU workload (the fast path)."""
+    if not isinstance(spec, Mapping):
+        return None
+    selector = spec.get("nodeSelector")
+    if not isinstance(selector, Mapping):
+        selector = {}
+    chips = tuple(_chip_requests(spec, at))
+    if not chips and ACCELERATOR_LABEL not in selector and TOPOLOGY_LABEL not in selector:
+        return None
+    return TpuSpec(at, spec, selector.get(ACCELERATOR_LABEL), selector.get(TOPOLOGY_LABEL), chips)
+
+
+def _chip_requests(spec: Mapping[str, Any], at: FieldPath) -> Iterator[ChipRequest]:
+    for container in containers(spec, at):
+        requests, limits = container.resources("requests"), container.resources("limits")
+        which = "requests" if TPU_RESOURCE in requests else "limits"
+        source = requests if which == "requests" else limits
+        if TPU_RESOURCE in source:
+            value = source[TPU_RESOURCE]
+            field = container.resource_path(which, TPU_RESOURCE)
+            yield ChipRequest(container, field, value, whole_number(value))
+
+
+def whole_number(value: object) -> int | None:
+    amount = quantity(value)
+    if amount is None or amount < 0 or amount != amount.to_integral_value():
+        return None
+    return int(amount)
+
+
+def quantity(value: object) -> Decimal | None:
+    try:
+        return parse_quantity(value)
+    except QuantityError:
+        return None
+
+
+def known_accelerator(tpu: TpuSpec, catalog: Catalog) -> Accelerator | None:
+    value = tpu.accelerator_value
+    return catalog.accelerator(value) if isinstance(value, str) else None
+
+
+def slice_shape(tpu: TpuSpec, catalog: Catalog) -> SliceShape | None:
+    """The slice this spec runs, when the catalog and the chip count say it unambiguously."""
+    accelerator = known_accelerator(tpu, catalog)
+    if accelerator is None or not isinstance(tpu.topology_value, str):
+        return None
+    options = catalog.shapes(accelerator, tpu.topology_value)
+    chips = tpu.chips_per_pod()
+    if chips is not None:
+        return next((s for s in options if s.chips_per_host == chips), None)
+    return options[0] if len(options) == 1 else None

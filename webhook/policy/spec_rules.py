@@ -1,0 +1,149 @@
+"""Rules on one pod spec: selectors, chip counts, requests and limits, VM capacity."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from webhook.catalog.quantity import format_quantity
+from webhook.catalog.tpu import ACCELERATOR_LABEL, TOPOLOGY_LABEL, TPU_RESOURCE, Catalog, SliceShape
+from webhook.policy.podspec import TpuSpec, containers, known_accelerator, quantity
+from webhook.policy.violations import ErrorType, Violation
+
+
+def check_accelerator(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
+    field = tpu.selector.key(ACCELERATOR_LABEL)
+    value = tpu.accelerator_value
+    if value is None:
+        if not tpu.chips:
+            return []
+        first = tpu.chips[0]
+        return [Violation(
+            "tpu.accelerator-missing", field, ErrorType.REQUIRED,
+            f"{first.container.path} requests {first.value} {TPU_RESOURCE} chips; set the TPU "
+            f"type to run them on, one of {catalog.names()}",
+        )]
+    if not isinstance(value, str):
+        return [Violation("tpu.accelerator-unknown", field, ErrorType.INVALID,
+                          f"must be a string, one of {catalog.names()}", value)]
+    if catalog.accelerator(value) is not None:
+        return []
+    meant = catalog.near_miss(value)
+    if meant is not None:
+        kind = "a machine type, not an accelerator" if catalog.is_machine_type(value) else "unknown"
+        return [Violation("tpu.accelerator-unknown", field, ErrorType.UNSUPPORTED,
+                          f"{kind}; did you mean {meant!r}?".replace("'", '"'), value)]
+    return [Violation(
+        "tpu.accelerator-unknown", field, ErrorType.UNSUPPORTED,
+        f"not in this webhook's TPU catalog ({catalog.names()}); admitted without TPU checks, "
+        "add it to the catalog (--catalog) if it is a new TPU type", value, advisory=True,
+    )]
+
+
+def check_topology(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
+    if tpu.accelerator_value is None:
+        return []
+    field = tpu.selector.key(TOPOLOGY_LABEL)
+    accelerator = known_accelerator(tpu, catalog)
+    value = tpu.topology_value
+    if value is None:
+        example = f' (e.g. "{accelerator.example_topology}")' if accelerator else ""
+        return [Violation("tpu.topology-missing", field, ErrorType.REQUIRED,
+                          f"set it when {ACCELERATOR_LABEL} is set{example}")]
+    if accelerator is None:
+        return []
+    if not isinstance(value, str) or not catalog.shapes(accelerator, value):
+        return [Violation("tpu.topology-invalid", field, ErrorType.UNSUPPORTED,
+                          f"{accelerator.name} offers {accelerator.offered()}", value)]
+    return []
+
+
+def check_chip_counts(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
+    found = [
+        Violation("tpu.quantity-invalid", r.field, ErrorType.INVALID,
+                  f"{TPU_RESOURCE} is a whole number of chips, such as 4", r.value)
+        for r in tpu.chips if r.chips is None
+    ]
+    accelerator = known_accelerator(tpu, catalog)
+    topology = tpu.topology_value
+    if accelerator is None or not isinstance(topology, str):
+        return found
+    options = catalog.shapes(accelerator, topology)
+    runs = sorted({s.chips_per_host for s in options})
+    if not runs:
+        return found
+    ok = " or ".join(map(str, runs))
+    detail = (f"{accelerator.name} {topology} runs {ok} chips per host; "
+              f"set requests and limits to {ok}")
+    return found + [
+        Violation("tpu.chips-per-host", r.field, ErrorType.INVALID, detail, r.value)
+        for r in tpu.chips if r.chips is not None and r.chips not in runs
+    ]
+
+
+def check_requests_equal_limits(tpu: TpuSpec) -> list[Violation]:
+    found = []
+    for container in tpu.tpu_containers():
+        requests, limits = container.resources("requests"), container.resources("limits")
+        if TPU_RESOURCE not in requests or TPU_RESOURCE not in limits:
+            continue
+        asked, limit = requests[TPU_RESOURCE], limits[TPU_RESOURCE]
+        if quantity(asked) is not None and quantity(asked) != quantity(limit):
+            found.append(Violation(
+                "tpu.requests-limits-differ", container.resource_path("limits", TPU_RESOURCE),
+                ErrorType.INVALID,
+                f"must equal requests[{TPU_RESOURCE}] ({asked}); a Pod runs all chips of its "
+                f"host, set both to the same count", limit,
+            ))
+    return found
+
+
+def check_single_tpu_container(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
+    accelerator = known_accelerator(tpu, catalog)
+    apps = [r for r in tpu.chips if not r.container.init]
+    if accelerator is None or accelerator.multiple_tpu_containers or len(apps) < 2:
+        return []
+    first = apps[0]
+    return [
+        Violation(
+            "tpu.multiple-tpu-containers", r.field, ErrorType.FORBIDDEN,
+            f"only one container may request {TPU_RESOURCE} on {accelerator.name} "
+            f"({first.container.path} requests {first.value}); move the chips to one container",
+        )
+        for r in apps[1:]
+    ]
+
+
+def check_node_capacity(tpu: TpuSpec, shape: SliceShape | None) -> list[Violation]:
+    machine = shape.machine if shape else None
+    if shape is None or machine is None:
+        return []
+    found = []
+    for resource, capacity, text in (("cpu", machine.cpu, machine.cpu_text),
+                                     ("memory", machine.memory, machine.memory_text)):
+        asking = [(c, c.resources("requests")[resource]) for c in containers(tpu.spec, tpu.at)
+                  if not c.init and resource in c.resources("requests")]
+        total = sum((quantity(v) or Decimal(0) for _, v in asking), Decimal(0))
+        if total <= capacity:
+            continue
+        field = (asking[0][0].resource_path("requests", resource) if len(asking) == 1
+                 else tpu.at.child("containers"))
+        value = asking[0][1] if len(asking) == 1 else format_quantity(total)
+        unsure = "" if machine.capacity_confirmed else " (the catalog marks this figure unconfirmed)"
+        found.append(Violation(
+            "tpu.resources-exceed-node", field, ErrorType.INVALID,
+            f"a {machine.name} VM ({shape.accelerator}, {shape.chips_per_host} chips) has {text} "
+            f"{resource}{unsure}; request at most {text} or the Pod never schedules",
+            value, advisory=not machine.capacity_confirmed,
+        ))
+    return found
+
+
+def check_quantities(tpu: TpuSpec) -> list[Violation]:
+    return [
+        Violation("tpu.quantity-invalid", c.resource_path(which, resource), ErrorType.INVALID,
+                  "must be a Kubernetes quantity, such as 10, 500m or 64Gi", value)
+        for c in tpu.tpu_containers()
+        for which in ("requests", "limits")
+        for resource, value in c.resources(which).items()
+        if resource in ("cpu", "memory") and quantity(value) is None
+    ]
