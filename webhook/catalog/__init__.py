@@ -3,5 +3,12 @@
 from webhook.catalog.load import CatalogError, load_catalog
 from webhook.catalog.tpu import Accelerator, Catalog, MachineType, Port, SliceShape
 
-__all__ = ["Accelerator", "Catalog", "CatalogError", "MachineType", "Port", "SliceShape",
-           "load_catalog"]
+__all__ = [
+    "Accelerator",
+    "Catalog",
+    "CatalogError",
+    "MachineType",
+    "Port",
+    "SliceShape",
+    "load_catalog",
+]

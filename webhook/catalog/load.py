@@ -51,7 +51,9 @@ class _MachineType(_Model):
         try:
             parse_quantity(value)
         except QuantityError as error:
-            raise ValueError(f"must be a Kubernetes quantity such as 240 or 407G: {error}") from None
+            raise ValueError(
+                f"must be a Kubernetes quantity such as 240 or 407G: {error}"
+            ) from None
         return str(value)
 
 
@@ -142,7 +144,7 @@ def _parse(text: str, source: str) -> _CatalogFile:
 def _merge(base: _CatalogFile, extra: _CatalogFile) -> _CatalogFile:
     accelerators = {a.name: a for a in base.accelerators}
     accelerators.update({a.name: a for a in extra.accelerators})
-    return _CatalogFile(
+    return _CatalogFile.model_construct(
         version=extra.version,
         ports=extra.ports if extra.ports is not None else base.ports,
         unverified_accelerators=(
@@ -161,8 +163,15 @@ def _build(data: _CatalogFile) -> Catalog:
             generation=a.generation,
             dimensions=a.dimensions,
             machine_types=[
-                MachineType(m.name, m.chips, parse_quantity(m.cpu), parse_quantity(m.memory),
-                            m.cpu, m.memory, m.capacity_confirmed)
+                MachineType(
+                    m.name,
+                    m.chips,
+                    parse_quantity(m.cpu),
+                    parse_quantity(m.memory),
+                    m.cpu,
+                    m.memory,
+                    m.capacity_confirmed,
+                )
                 for m in a.machine_types
             ],
             single_host=a.single_host,

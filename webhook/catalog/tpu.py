@@ -59,8 +59,7 @@ class SliceShape:
         """`2x2x4 = 16 chips at 4 per host needs 4 hosts`."""
         hosts = "1 host" if self.hosts == 1 else f"{self.hosts} hosts"
         return (
-            f"{self.topology} = {self.chips} chips at {self.chips_per_host} per host "
-            f"needs {hosts}"
+            f"{self.topology} = {self.chips} chips at {self.chips_per_host} per host needs {hosts}"
         )
 
 
@@ -158,13 +157,20 @@ def build_accelerator(
     for topology in dict.fromkeys((*multis, *ruled)):
         chips = _chips(topology)
         if per_host and chips % per_host == 0 and chips > per_host:
-            shape = SliceShape(name, topology, chips, per_host, chips // per_host,
-                               by_chips.get(per_host))
+            shape = SliceShape(
+                name, topology, chips, per_host, chips // per_host, by_chips.get(per_host)
+            )
             shapes.setdefault(topology, []).append(shape)
     return Accelerator(
-        name=name, generation=generation, dimensions=dimensions, machine_types=machines,
-        single_host=singles, multi_host=multis, multi_host_chips_per_host=multi_host_chips_per_host,
-        multiple_of=multiple_of, max_chips=max_chips,
+        name=name,
+        generation=generation,
+        dimensions=dimensions,
+        machine_types=machines,
+        single_host=singles,
+        multi_host=multis,
+        multi_host_chips_per_host=multi_host_chips_per_host,
+        multiple_of=multiple_of,
+        max_chips=max_chips,
         multiple_tpu_containers=multiple_tpu_containers,
         shapes={topology: tuple(options) for topology, options in shapes.items()},
     )

@@ -75,8 +75,11 @@ def validate(
     found = violations(obj, workload, catalog, tpu)
     if old is not None:
         old_tpu = tpu_view(old, workload)
-        before = set() if old_tpu is None else {
-            (v.code, str(v.field)) for v in violations(old, workload, catalog, old_tpu)}
+        before = (
+            set()
+            if old_tpu is None
+            else {(v.code, str(v.field)) for v in violations(old, workload, catalog, old_tpu)}
+        )
         found = [v for v in found if v.advisory or (v.code, str(v.field)) not in before]
     return Verdict(
         denials=tuple(v for v in found if not v.advisory),

@@ -34,10 +34,16 @@ def copy_missing_limits(tpu: TpuSpec, resources: Iterable[str]) -> list[PatchOp]
     ops: list[PatchOp] = []
     for container in tpu.tpu_containers():
         requests, limits = container.resources("requests"), container.resources("limits")
-        ops += _add_entries(container, "limits",
-                            {n: requests[n] for n in names if n in requests and n not in limits})
-        ops += _add_entries(container, "requests",
-                            {n: limits[n] for n in names if n in limits and n not in requests})
+        ops += _add_entries(
+            container,
+            "limits",
+            {n: requests[n] for n in names if n in requests and n not in limits},
+        )
+        ops += _add_entries(
+            container,
+            "requests",
+            {n: limits[n] for n in names if n in limits and n not in requests},
+        )
     return ops
 
 
@@ -55,8 +61,7 @@ def add_missing_ports(tpu: TpuSpec, ports: Iterable[Port]) -> list[PatchOp]:
                 continue
             name = _unique(port.name, taken)
             taken.add(name)
-            missing.append({"name": name, "containerPort": port.container_port,
-                            "protocol": "TCP"})
+            missing.append({"name": name, "containerPort": port.container_port, "protocol": "TCP"})
         ops += _append(container.path.child("ports"), container.body.get("ports"), missing)
     return ops
 
@@ -68,17 +73,21 @@ def add_missing_env(tpu: TpuSpec, env: list[EnvVar]) -> list[PatchOp]:
         if container.init:
             continue
         present = container.body.get("env")
-        names = {e.get("name") for e in present if isinstance(e, Mapping)} if isinstance(
-            present, list) else set()
-        ops += _append(container.path.child("env"), present,
-                       [e for e in env if e["name"] not in names])
+        names = (
+            {e.get("name") for e in present if isinstance(e, Mapping)}
+            if isinstance(present, list)
+            else set()
+        )
+        ops += _append(
+            container.path.child("env"), present, [e for e in env if e["name"] not in names]
+        )
     return ops
 
 
 def worker_env(
     obj: Mapping[str, Any], workload: Workload, tpu: TpuSpec, shape: SliceShape
 ) -> tuple[list[EnvVar], list[PatchOp], list[Violation]]:
-    """TPU_WORKER_ID / TPU_WORKER_HOSTNAMES for a multi-host workload, plus a defaulted subdomain."""
+    """TPU_WORKER_ID / TPU_WORKER_HOSTNAMES of a multi-host workload, and a defaulted subdomain."""
     hosts = workload.hosts
     if hosts is None:
         return _pod_worker_env(obj, workload, tpu, shape)
@@ -86,8 +95,9 @@ def worker_env(
         field, required = hosts.indexed_mode
         if dig(obj, (*hosts.controller, field)) != required:
             return [], [], []
-    env: list[EnvVar] = [{"name": TPU_WORKER_ID,
-                          "valueFrom": {"fieldRef": {"fieldPath": hosts.index_field_ref}}}]
+    env: list[EnvVar] = [
+        {"name": TPU_WORKER_ID, "valueFrom": {"fieldRef": {"fieldPath": hosts.index_field_ref}}}
+    ]
     name = dig(obj, ("metadata", "name")) if hosts.named_by_object else None
     if not isinstance(name, str) or not name:
         return env, [], []
@@ -121,8 +131,10 @@ def _pod_worker_env(
     if not isinstance(index, str) or not index.isdigit() or not isinstance(job, str) or not job:
         return [], [], []
     service, ops, warnings = _subdomain(tpu, job, shape)
-    env = [{"name": TPU_WORKER_ID, "value": index},
-           {"name": TPU_WORKER_HOSTNAMES, "value": hostnames(job, str(service), shape.hosts)}]
+    env = [
+        {"name": TPU_WORKER_ID, "value": index},
+        {"name": TPU_WORKER_HOSTNAMES, "value": hostnames(job, str(service), shape.hosts)},
+    ]
     return env, ops, warnings
 
 
@@ -134,11 +146,14 @@ def _subdomain(
         return present, [], []
     field = tpu.at.child("subdomain")
     warning = Violation(
-        "tpu.subdomain-defaulted", field, ErrorType.DEFAULTED,
+        "tpu.subdomain-defaulted",
+        field,
+        ErrorType.DEFAULTED,
         f"set to the Job name so the {shape.hosts} hosts resolve as {name}-0.{name} .. "
         f"{name}-{shape.hosts - 1}.{name}; create a headless Service named {name!r} "
         f"(clusterIP: None) selecting the Job's Pods".replace("'", '"'),
-        name, advisory=True,
+        name,
+        advisory=True,
     )
     return name, [{"op": "add", "path": field.pointer(), "value": name}], [warning]
 

@@ -1,8 +1,8 @@
 """Field paths printed the Kubernetes way and addressed the JSON Pointer way.
 
-    FieldPath.root("spec").child("containers").index(0).child("resources").key("google.com/tpu")
-    str(...)      -> "spec.containers[0].resources[google.com/tpu]"
-    .pointer()    -> "/spec/containers/0/resources/google.com~1tpu"
+FieldPath.root("spec").child("containers").index(0).child("resources").key("google.com/tpu")
+str(...)      -> "spec.containers[0].resources[google.com/tpu]"
+.pointer()    -> "/spec/containers/0/resources/google.com~1tpu"
 """
 
 from __future__ import annotations
@@ -37,5 +37,6 @@ class FieldPath:
         return text
 
     def pointer(self) -> str:
-        return "".join("/" + str(value).replace("~", "~0").replace("/", "~1")
-                       for _, value in self.parts)
+        return "".join(
+            "/" + str(value).replace("~", "~0").replace("/", "~1") for _, value in self.parts
+        )

@@ -18,13 +18,16 @@ def check_workload_can_form_slice(
     if workload.hosts is not None or owned_by_slice_controller(obj):
         return []
     what = "a Pod that no Job owns" if workload.kind == "Pod" else f"a {workload.kind}"
-    return [Violation(
-        "tpu.multihost-unsupported-workload", tpu.selector.key("cloud.google.com/gke-tpu-topology"),
-        ErrorType.FORBIDDEN,
-        f"{shape.accelerator} {shape.describe()}, and {what} cannot form a multi-host slice; run "
-        f"it as an Indexed Job with parallelism {shape.hosts} (or a StatefulSet or "
-        "LeaderWorkerSet), or pick a single-host topology",
-    )]
+    return [
+        Violation(
+            "tpu.multihost-unsupported-workload",
+            tpu.selector.key("cloud.google.com/gke-tpu-topology"),
+            ErrorType.FORBIDDEN,
+            f"{shape.accelerator} {shape.describe()}, and {what} cannot form a multi-host "
+            f"slice; run it as an Indexed Job with parallelism {shape.hosts} (or a StatefulSet or "
+            "LeaderWorkerSet), or pick a single-host topology",
+        )
+    ]
 
 
 def check_indexed(obj: Mapping[str, Any], workload: Workload, shape: SliceShape) -> list[Violation]:
@@ -36,8 +39,10 @@ def check_indexed(obj: Mapping[str, Any], workload: Workload, shape: SliceShape)
     if value == required:
         return []
     field = FieldPath.root(*hosts.controller, name)
-    detail = (f"{shape.accelerator} {shape.describe()}; set {name}: {required} so each Pod "
-              f"knows its {TPU_WORKER_ID}")
+    detail = (
+        f"{shape.accelerator} {shape.describe()}; set {name}: {required} so each Pod "
+        f"knows its {TPU_WORKER_ID}"
+    )
     if value is None:
         return [Violation("tpu.multihost-not-indexed", field, ErrorType.REQUIRED, detail)]
     return [Violation("tpu.multihost-not-indexed", field, ErrorType.UNSUPPORTED, detail, value)]
@@ -58,11 +63,18 @@ def check_host_counts(
         field = FieldPath.root(*hosts.controller, name)
         detail = f"{shape.describe()}; set {fields} to {shape.hosts}"
         if value is None:
-            found.append(Violation("tpu.multihost-parallelism", field, ErrorType.REQUIRED,
-                                   f"{detail} (it defaults to 1)"))
+            found.append(
+                Violation(
+                    "tpu.multihost-parallelism",
+                    field,
+                    ErrorType.REQUIRED,
+                    f"{detail} (it defaults to 1)",
+                )
+            )
         else:
-            found.append(Violation("tpu.multihost-parallelism", field, ErrorType.INVALID,
-                                   detail, value))
+            found.append(
+                Violation("tpu.multihost-parallelism", field, ErrorType.INVALID, detail, value)
+            )
     return found
 
 
@@ -73,18 +85,27 @@ def check_worker_env(tpu: TpuSpec, shape: SliceShape) -> list[Violation]:
             if name == TPU_WORKER_HOSTNAMES:
                 count = len([h for h in str(value).split(",") if h.strip()])
                 if count != shape.hosts:
-                    found.append(Violation(
-                        "tpu.worker-env-conflict", path, ErrorType.INVALID,
-                        f"{TPU_WORKER_HOSTNAMES} lists {count} hosts but {shape.describe()}; "
-                        f"list {shape.hosts} hostnames or remove it to let tpu-webhook set it",
-                        value,
-                    ))
+                    found.append(
+                        Violation(
+                            "tpu.worker-env-conflict",
+                            path,
+                            ErrorType.INVALID,
+                            f"{TPU_WORKER_HOSTNAMES} lists {count} hosts but {shape.describe()}; "
+                            f"list {shape.hosts} hostnames or remove it to let tpu-webhook set it",
+                            value,
+                        )
+                    )
             elif name == TPU_WORKER_ID and not _in_range(value, shape.hosts):
-                found.append(Violation(
-                    "tpu.worker-env-conflict", path, ErrorType.INVALID,
-                    f"{TPU_WORKER_ID} must be 0..{shape.hosts - 1} for a slice of {shape.hosts} "
-                    "hosts; remove it to let tpu-webhook set it", value,
-                ))
+                found.append(
+                    Violation(
+                        "tpu.worker-env-conflict",
+                        path,
+                        ErrorType.INVALID,
+                        f"{TPU_WORKER_ID} must be 0..{shape.hosts - 1} for a slice of "
+                        f"{shape.hosts} hosts; remove it to let tpu-webhook set it",
+                        value,
+                    )
+                )
     return found
 
 
@@ -99,12 +120,18 @@ def check_hostname_length(
     if len(last) <= MAX_HOSTNAME_LENGTH:
         return []
     room = MAX_HOSTNAME_LENGTH - len(last) + len(name)
-    return [Violation(
-        "tpu.hostname-too-long", FieldPath.root("metadata", "name"), ErrorType.INVALID,
-        f"the last host's hostname {last!r} is {len(last)} characters and a hostname is at most "
-        f"{MAX_HOSTNAME_LENGTH}; shorten the name to at most {room} characters".replace("'", '"'),
-        name,
-    )]
+    return [
+        Violation(
+            "tpu.hostname-too-long",
+            FieldPath.root("metadata", "name"),
+            ErrorType.INVALID,
+            f"the last host's hostname {last!r} is {len(last)} characters and a hostname is at "
+            f"most {MAX_HOSTNAME_LENGTH}; shorten the name to at most {room} characters".replace(
+                "'", '"'
+            ),
+            name,
+        )
+    ]
 
 
 def check_retries(obj: Mapping[str, Any], workload: Workload, shape: SliceShape) -> list[Violation]:
@@ -117,12 +144,17 @@ def check_retries(obj: Mapping[str, Any], workload: Workload, shape: SliceShape)
         return []
     field = FieldPath.root(*hosts.controller, hosts.retries)
     shown = value if value is not None else f"{retries} (the default)"
-    return [Violation(
-        "tpu.multihost-retries", field, ErrorType.INVALID,
-        f"retries restart one Pod at a time, and a restarted host cannot rejoin its slice of "
-        f"{shape.hosts}; set {hosts.retries}: 0 and retry the whole Job (or use JobSet)",
-        shown, advisory=True,
-    )]
+    return [
+        Violation(
+            "tpu.multihost-retries",
+            field,
+            ErrorType.INVALID,
+            f"retries restart one Pod at a time, and a restarted host cannot rejoin its slice of "
+            f"{shape.hosts}; set {hosts.retries}: 0 and retry the whole Job (or use JobSet)",
+            shown,
+            advisory=True,
+        )
+    ]
 
 
 def owned_by_slice_controller(obj: Mapping[str, Any]) -> bool:

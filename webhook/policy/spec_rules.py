@@ -17,26 +17,50 @@ def check_accelerator(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
         if not tpu.chips:
             return []
         first = tpu.chips[0]
-        return [Violation(
-            "tpu.accelerator-missing", field, ErrorType.REQUIRED,
-            f"{first.container.path} requests {first.value} {TPU_RESOURCE} chips; set the TPU "
-            f"type to run them on, one of {catalog.names()}",
-        )]
+        return [
+            Violation(
+                "tpu.accelerator-missing",
+                field,
+                ErrorType.REQUIRED,
+                f"{first.container.path} requests {first.value} {TPU_RESOURCE} chips; set the TPU "
+                f"type to run them on, one of {catalog.names()}",
+            )
+        ]
     if not isinstance(value, str):
-        return [Violation("tpu.accelerator-unknown", field, ErrorType.INVALID,
-                          f"must be a string, one of {catalog.names()}", value)]
+        return [
+            Violation(
+                "tpu.accelerator-unknown",
+                field,
+                ErrorType.INVALID,
+                f"must be a string, one of {catalog.names()}",
+                value,
+            )
+        ]
     if catalog.accelerator(value) is not None:
         return []
     meant = catalog.near_miss(value)
     if meant is not None:
         kind = "a machine type, not an accelerator" if catalog.is_machine_type(value) else "unknown"
-        return [Violation("tpu.accelerator-unknown", field, ErrorType.UNSUPPORTED,
-                          f"{kind}; did you mean {meant!r}?".replace("'", '"'), value)]
-    return [Violation(
-        "tpu.accelerator-unknown", field, ErrorType.UNSUPPORTED,
-        f"not in this webhook's TPU catalog ({catalog.names()}); admitted without TPU checks, "
-        "add it to the catalog (--catalog) if it is a new TPU type", value, advisory=True,
-    )]
+        return [
+            Violation(
+                "tpu.accelerator-unknown",
+                field,
+                ErrorType.UNSUPPORTED,
+                f"{kind}; did you mean {meant!r}?".replace("'", '"'),
+                value,
+            )
+        ]
+    return [
+        Violation(
+            "tpu.accelerator-unknown",
+            field,
+            ErrorType.UNSUPPORTED,
+            f"not in this webhook's TPU catalog ({catalog.names()}); admitted without TPU checks, "
+            "add it to the catalog (--catalog) if it is a new TPU type",
+            value,
+            advisory=True,
+        )
+    ]
 
 
 def check_topology(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
@@ -47,21 +71,40 @@ def check_topology(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
     value = tpu.topology_value
     if value is None:
         example = f' (e.g. "{accelerator.example_topology}")' if accelerator else ""
-        return [Violation("tpu.topology-missing", field, ErrorType.REQUIRED,
-                          f"set it when {ACCELERATOR_LABEL} is set{example}")]
+        return [
+            Violation(
+                "tpu.topology-missing",
+                field,
+                ErrorType.REQUIRED,
+                f"set it when {ACCELERATOR_LABEL} is set{example}",
+            )
+        ]
     if accelerator is None:
         return []
     if not isinstance(value, str) or not catalog.shapes(accelerator, value):
-        return [Violation("tpu.topology-invalid", field, ErrorType.UNSUPPORTED,
-                          f"{accelerator.name} offers {accelerator.offered()}", value)]
+        return [
+            Violation(
+                "tpu.topology-invalid",
+                field,
+                ErrorType.UNSUPPORTED,
+                f"{accelerator.name} offers {accelerator.offered()}",
+                value,
+            )
+        ]
     return []
 
 
 def check_chip_counts(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
     found = [
-        Violation("tpu.quantity-invalid", r.field, ErrorType.INVALID,
-                  f"{TPU_RESOURCE} is a whole number of chips, such as 4", r.value)
-        for r in tpu.chips if r.chips is None
+        Violation(
+            "tpu.quantity-invalid",
+            r.field,
+            ErrorType.INVALID,
+            f"{TPU_RESOURCE} is a whole number of chips, such as 4",
+            r.value,
+        )
+        for r in tpu.chips
+        if r.chips is None
     ]
     accelerator = known_accelerator(tpu, catalog)
     topology = tpu.topology_value
@@ -72,11 +115,13 @@ def check_chip_counts(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
     if not runs:
         return found
     ok = " or ".join(map(str, runs))
-    detail = (f"{accelerator.name} {topology} runs {ok} chips per host; "
-              f"set requests and limits to {ok}")
+    detail = (
+        f"{accelerator.name} {topology} runs {ok} chips per host; set requests and limits to {ok}"
+    )
     return found + [
         Violation("tpu.chips-per-host", r.field, ErrorType.INVALID, detail, r.value)
-        for r in tpu.chips if r.chips is not None and r.chips not in runs
+        for r in tpu.chips
+        if r.chips is not None and r.chips not in runs
     ]
 
 
@@ -88,12 +133,16 @@ def check_requests_equal_limits(tpu: TpuSpec) -> list[Violation]:
             continue
         asked, limit = requests[TPU_RESOURCE], limits[TPU_RESOURCE]
         if quantity(asked) is not None and quantity(asked) != quantity(limit):
-            found.append(Violation(
-                "tpu.requests-limits-differ", container.resource_path("limits", TPU_RESOURCE),
-                ErrorType.INVALID,
-                f"must equal requests[{TPU_RESOURCE}] ({asked}); a Pod runs all chips of its "
-                f"host, set both to the same count", limit,
-            ))
+            found.append(
+                Violation(
+                    "tpu.requests-limits-differ",
+                    container.resource_path("limits", TPU_RESOURCE),
+                    ErrorType.INVALID,
+                    f"must equal requests[{TPU_RESOURCE}] ({asked}); a Pod runs all chips of its "
+                    f"host, set both to the same count",
+                    limit,
+                )
+            )
     return found
 
 
@@ -105,7 +154,9 @@ def check_single_tpu_container(tpu: TpuSpec, catalog: Catalog) -> list[Violation
     first = apps[0]
     return [
         Violation(
-            "tpu.multiple-tpu-containers", r.field, ErrorType.FORBIDDEN,
+            "tpu.multiple-tpu-containers",
+            r.field,
+            ErrorType.FORBIDDEN,
             f"only one container may request {TPU_RESOURCE} on {accelerator.name} "
             f"({first.container.path} requests {first.value}); move the chips to one container",
         )
@@ -118,30 +169,49 @@ def check_node_capacity(tpu: TpuSpec, shape: SliceShape | None) -> list[Violatio
     if shape is None or machine is None:
         return []
     found = []
-    for resource, capacity, text in (("cpu", machine.cpu, machine.cpu_text),
-                                     ("memory", machine.memory, machine.memory_text)):
-        asking = [(c, c.resources("requests")[resource]) for c in containers(tpu.spec, tpu.at)
-                  if not c.init and resource in c.resources("requests")]
+    for resource, capacity, text in (
+        ("cpu", machine.cpu, machine.cpu_text),
+        ("memory", machine.memory, machine.memory_text),
+    ):
+        asking = [
+            (c, c.resources("requests")[resource])
+            for c in containers(tpu.spec, tpu.at)
+            if not c.init and resource in c.resources("requests")
+        ]
         total = sum((quantity(v) or Decimal(0) for _, v in asking), Decimal(0))
         if total <= capacity:
             continue
-        field = (asking[0][0].resource_path("requests", resource) if len(asking) == 1
-                 else tpu.at.child("containers"))
+        field = (
+            asking[0][0].resource_path("requests", resource)
+            if len(asking) == 1
+            else tpu.at.child("containers")
+        )
         value = asking[0][1] if len(asking) == 1 else format_quantity(total)
-        unsure = "" if machine.capacity_confirmed else " (the catalog marks this figure unconfirmed)"
-        found.append(Violation(
-            "tpu.resources-exceed-node", field, ErrorType.INVALID,
-            f"a {machine.name} VM ({shape.accelerator}, {shape.chips_per_host} chips) has {text} "
-            f"{resource}{unsure}; request at most {text} or the Pod never schedules",
-            value, advisory=not machine.capacity_confirmed,
-        ))
+        unsure = "" if machine.capacity_confirmed else " (an unconfirmed figure)"
+        found.append(
+            Violation(
+                "tpu.resources-exceed-node",
+                field,
+                ErrorType.INVALID,
+                f"a {machine.name} VM ({shape.accelerator}, {shape.chips_per_host} chips) has "
+                f"{text} "
+                f"{resource}{unsure}; request at most {text} or the Pod never schedules",
+                value,
+                advisory=not machine.capacity_confirmed,
+            )
+        )
     return found
 
 
 def check_quantities(tpu: TpuSpec) -> list[Violation]:
     return [
-        Violation("tpu.quantity-invalid", c.resource_path(which, resource), ErrorType.INVALID,
-                  "must be a Kubernetes quantity, such as 10, 500m or 64Gi", value)
+        Violation(
+            "tpu.quantity-invalid",
+            c.resource_path(which, resource),
+            ErrorType.INVALID,
+            "must be a Kubernetes quantity, such as 10, 500m or 64Gi",
+            value,
+        )
         for c in tpu.tpu_containers()
         for which in ("requests", "limits")
         for resource, value in c.resources(which).items()

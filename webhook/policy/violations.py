@@ -1,7 +1,7 @@
 """A rule's finding, formatted like a Kubernetes field error.
 
-    spec.containers[0].resources.limits[google.com/tpu]: Invalid value: 3: tpu-v5-lite-podslice
-    2x4 runs 4 or 8 chips per host; set requests and limits to 4 or 8
+spec.containers[0].resources.limits[google.com/tpu]: Invalid value: 3: tpu-v5-lite-podslice
+2x4 runs 4 or 8 chips per host; set requests and limits to 4 or 8
 """
 
 from __future__ import annotations

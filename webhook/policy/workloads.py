@@ -57,12 +57,18 @@ WORKLOADS: dict[tuple[str, str], Workload] = {
         Workload("", "Pod", "pods", ("spec",), None),
         Workload("batch", "Job", "jobs", ("spec", "template", "spec"), _JOB_HOSTS),
         Workload(
-            "batch", "CronJob", "cronjobs", ("spec", "jobTemplate", "spec", "template", "spec"),
+            "batch",
+            "CronJob",
+            "cronjobs",
+            ("spec", "jobTemplate", "spec", "template", "spec"),
             replace(_JOB_HOSTS, controller=("spec", "jobTemplate", "spec"), named_by_object=False),
         ),
         Workload("apps", "Deployment", "deployments", ("spec", "template", "spec"), None),
         Workload(
-            "apps", "StatefulSet", "statefulsets", ("spec", "template", "spec"),
+            "apps",
+            "StatefulSet",
+            "statefulsets",
+            ("spec", "template", "spec"),
             HostModel(
                 controller=("spec",),
                 host_counts=("replicas",),

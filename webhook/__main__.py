@@ -1,0 +1,5 @@
+"""`python -m webhook` is `tpu-webhook`."""
+
+from webhook.cli import main
+
+raise SystemExit(main())

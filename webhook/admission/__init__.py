@@ -1,0 +1,1 @@
+"""Transport: AdmissionReview in, AdmissionReview out; no HTTP here, no rules either."""

@@ -1,0 +1,44 @@
+"""Route a review to the policy: which workload it is, which decision, in which mode."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.admission.review import Request
+from webhook.catalog.tpu import Catalog
+from webhook.policy import decide
+from webhook.policy.decide import ALLOW, Options, Verdict
+from webhook.policy.workloads import workload_for
+
+ENDPOINTS = ("mutate", "validate")
+MODES = ("enforce", "warn")
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Everything a decision needs, built once at start-up."""
+
+    catalog: Catalog
+    options: Options = field(default_factory=Options)
+
+
+def review_request(request: Request, endpoint: str, policy: Policy) -> Verdict:
+    """The verdict for one admission request; DELETE, CONNECT and unknown kinds are allowed."""
+    workload = workload_for(request.kind.group, request.kind.kind)
+    obj = request.object
+    if (
+        workload is None
+        or not isinstance(obj, Mapping)
+        or request.operation not in ("CREATE", "UPDATE")
+    ):
+        return ALLOW
+    if endpoint == "mutate":
+        if request.operation != "CREATE":
+            return ALLOW  # pod templates of Jobs and Pods' specs are immutable after create
+        return decide.mutate(obj, workload, policy.catalog, policy.options)
+    old: Mapping[str, Any] | None = None
+    if request.operation == "UPDATE" and isinstance(request.old_object, Mapping):
+        old = request.old_object
+    return decide.validate(obj, workload, policy.catalog, old)

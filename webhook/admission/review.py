@@ -1,0 +1,60 @@
+"""The AdmissionReview envelope, parsed with msgspec; the object itself stays a plain dict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+
+
+class ReviewError(ValueError):
+    """Not a usable AdmissionReview: the server answers HTTP 400 with this message."""
+
+
+class GroupVersionKind(msgspec.Struct, frozen=True):
+    group: str = ""
+    version: str = ""
+    kind: str = ""
+
+
+class Request(msgspec.Struct, frozen=True, rename="camel"):
+    uid: str
+    kind: GroupVersionKind = GroupVersionKind()
+    operation: str = "CREATE"
+    namespace: str = ""
+    name: str = ""
+    object: Any = None
+    old_object: Any = None
+    dry_run: bool | None = None
+
+
+class Review(msgspec.Struct, frozen=True, rename="camel"):
+    api_version: str = ""
+    kind: str = ""
+    request: Request | None = None
+
+
+_decoder = msgspec.json.Decoder(Review)
+
+
+def parse_review(body: bytes) -> tuple[str, Request]:
+    """(apiVersion, request) of an AdmissionReview body, or ReviewError saying what is wrong."""
+    try:
+        review = _decoder.decode(body)
+    except msgspec.DecodeError as error:
+        raise ReviewError(_short(error)) from None
+    if review.kind != "AdmissionReview" or review.api_version not in API_VERSIONS:
+        raise ReviewError(
+            f"expected kind AdmissionReview, apiVersion one of {', '.join(API_VERSIONS)}; "
+            f"got kind {review.kind!r}, apiVersion {review.api_version!r}"
+        )
+    if review.request is None:
+        raise ReviewError("AdmissionReview has no request")
+    return review.api_version, review.request
+
+
+def _short(error: msgspec.DecodeError) -> str:
+    text = str(error)
+    return ("invalid AdmissionReview: " + text)[:300]

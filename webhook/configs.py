@@ -1,0 +1,134 @@
+"""Mutating and Validating WebhookConfigurations for `url` mode (local clusters, e2e tests).
+
+The chart renders the same shape with `service:` client configs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.catalog.tpu import ACCELERATOR_LABEL, TOPOLOGY_LABEL, TPU_RESOURCE
+from webhook.policy.workloads import WORKLOADS
+
+OPT_OUT_LABEL = "tpu-webhook.io/ignore"
+MODE_LABEL = "tpu-webhook.io/mode"
+
+
+def tpu_match_expression() -> str:
+    """CEL that is true only for objects whose pod spec names a TPU selector or requests chips."""
+    by_spec: dict[str, list[str]] = {}
+    for workload in WORKLOADS.values():
+        by_spec.setdefault(".".join(("object", *workload.pod_spec)), []).append(workload.kind)
+    parts = []
+    for spec, kinds in by_spec.items():
+        kind_test = (
+            f"request.kind.kind == '{kinds[0]}'"
+            if len(kinds) == 1
+            else f"request.kind.kind in {kinds!r}".replace('"', "'")
+        )
+        parts.append(f"({kind_test} && {_guard(spec)} && ({_spec_is_tpu(spec)}))")
+    return " || ".join(parts)
+
+
+def _guard(spec: str) -> str:
+    steps = spec.split(".")
+    return " && ".join(f"has({'.'.join(steps[: i + 1])})" for i in range(1, len(steps)))
+
+
+def _spec_is_tpu(s: str) -> str:
+    wants = (
+        f"(has(c.resources) && ((has(c.resources.requests) && '{TPU_RESOURCE}' in "
+        f"c.resources.requests) || (has(c.resources.limits) && '{TPU_RESOURCE}' in "
+        "c.resources.limits)))"
+    )
+    return (
+        f"(has({s}.nodeSelector) && ('{ACCELERATOR_LABEL}' in {s}.nodeSelector || "
+        f"'{TOPOLOGY_LABEL}' in {s}.nodeSelector)) || "
+        f"(has({s}.containers) && {s}.containers.exists(c, {wants})) || "
+        f"(has({s}.initContainers) && {s}.initContainers.exists(c, {wants}))"
+    )
+
+
+def _rules(operations: list[str]) -> list[dict[str, Any]]:
+    groups: dict[str, list[str]] = {}
+    for workload in WORKLOADS.values():
+        groups.setdefault(workload.group, []).append(workload.resource)
+    return [
+        {
+            "apiGroups": [group],
+            "apiVersions": ["v1"],
+            "resources": sorted(resources),
+            "operations": operations,
+            "scope": "Namespaced",
+        }
+        for group, resources in groups.items()
+    ]
+
+
+def url_webhook_configurations(
+    base_url: str,
+    ca_bundle: str,
+    name: str = "tpu-webhook",
+    match_conditions: bool = True,
+    exclude_namespaces: tuple[str, ...] = ("kube-system",),
+    failure_policy: str = "Fail",
+    timeout_seconds: int = 5,
+) -> list[dict[str, Any]]:
+    """A MutatingWebhookConfiguration and a ValidatingWebhookConfiguration (enforce + warn)."""
+
+    def webhook(hook: str, path: str, operations: list[str], mode: str) -> dict[str, Any]:
+        in_warn = {
+            "key": MODE_LABEL,
+            "operator": "In" if mode == "warn" else "NotIn",
+            "values": ["warn"],
+        }
+        selector: list[dict[str, Any]] = [
+            {
+                "key": "kubernetes.io/metadata.name",
+                "operator": "NotIn",
+                "values": list(exclude_namespaces),
+            },
+            {"key": OPT_OUT_LABEL, "operator": "NotIn", "values": ["true"]},
+        ]
+        if mode != "any":
+            selector.append(in_warn)
+        entry: dict[str, Any] = {
+            "name": hook,
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": failure_policy,
+            "timeoutSeconds": timeout_seconds,
+            "clientConfig": {"url": base_url.rstrip("/") + path, "caBundle": ca_bundle},
+            "rules": _rules(operations),
+            "namespaceSelector": {"matchExpressions": selector},
+            "objectSelector": {
+                "matchExpressions": [
+                    {"key": OPT_OUT_LABEL, "operator": "NotIn", "values": ["true"]}
+                ]
+            },
+        }
+        if match_conditions:
+            entry["matchConditions"] = [
+                {"name": "tpu-workload", "expression": tpu_match_expression()}
+            ]
+        return entry
+
+    mutating = webhook(f"mutate.{name}.io", "/mutate", ["CREATE"], "any")
+    mutating["reinvocationPolicy"] = "IfNeeded"
+    return [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": name},
+            "webhooks": [mutating],
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": name},
+            "webhooks": [
+                webhook(f"validate.{name}.io", "/validate", ["CREATE", "UPDATE"], "enforce"),
+                webhook(f"validate-warn.{name}.io", "/validate/warn", ["CREATE", "UPDATE"], "warn"),
+            ],
+        },
+    ]

@@ -1,0 +1,38 @@
+"""Settings: flags and TPU_WEBHOOK_* environment variables. The only module that reads the env."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TPU_WEBHOOK_", frozen=True, extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8443, ge=0, le=65535)
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    client_ca_file: Path | None = None
+    # Where `serve` without certificate files makes (or reuses) development certificates.
+    dev_certs_dir: Path = Path("certs")
+    catalog: Path | None = None
+    workers: int = Field(default=1, ge=1, le=32)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    max_body_bytes: int = Field(default=3 * 1024 * 1024, ge=1024)
+    # Copy cpu and memory limits from requests (and back) on TPU containers, like google.com/tpu.
+    copy_cpu_memory_limits: bool = True
+    cert_reload_seconds: float = Field(default=2.0, gt=0)
+    # Longer than the API server's 90 s idle connection timeout: no new handshake after a lull.
+    keep_alive_seconds: int = Field(default=120, ge=1)
+    graceful_shutdown_seconds: int = Field(default=20, ge=1)
+    print_webhook_configs: bool = True
+
+    @model_validator(mode="after")
+    def _cert_and_key_together(self) -> Settings:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file go together")
+        return self

@@ -1,0 +1,75 @@
+"""The serving TLS context: TLS 1.2+, modern ciphers, reloaded when the files change on disk.
+
+`ssl.SSLContext.load_cert_chain` on the live context swaps the certificate for new handshakes;
+connections already open keep theirs, so a rotation never fails a request in flight.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cryptography import x509
+
+log = logging.getLogger("tpu_webhook.tls")
+
+# ECDHE with AEAD only (TLS 1.3 suites are always on and not affected by this list).
+CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
+
+
+@dataclass
+class ServingTLS:
+    cert_file: Path
+    key_file: Path
+    client_ca_file: Path | None = None
+    context: ssl.SSLContext = field(init=False)
+    not_after: dt.datetime | None = field(init=False, default=None)
+    reloads: int = field(init=False, default=0)
+    _fingerprint: bytes = field(init=False, default=b"")
+
+    def __post_init__(self) -> None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.set_ciphers(CIPHERS)
+        context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE
+        if self.client_ca_file is not None:
+            context.load_verify_locations(cafile=str(self.client_ca_file))
+            context.verify_mode = ssl.CERT_REQUIRED
+        self.context = context
+        self._load(*self._read())
+
+    @property
+    def loaded(self) -> bool:
+        return self.not_after is not None
+
+    def reload_if_changed(self) -> bool:
+        """Load the files again if their content changed; keep the old pair if the new is bad."""
+        try:
+            cert, key = self._read()
+        except OSError as error:
+            log.warning("cannot read certificate files, keeping the current ones: %s", error)
+            return False
+        if hashlib.sha256(cert + key).digest() == self._fingerprint:
+            return False
+        try:
+            self._load(cert, key)
+        except (ssl.SSLError, ValueError) as error:
+            log.warning("new certificate files not usable yet, keeping the current ones: %s", error)
+            return False
+        self.reloads += 1
+        log.info("serving certificate reloaded, valid until %s", self.not_after)
+        return True
+
+    def _read(self) -> tuple[bytes, bytes]:
+        return self.cert_file.read_bytes(), self.key_file.read_bytes()
+
+    def _load(self, cert: bytes, key: bytes) -> None:
+        not_after = x509.load_pem_x509_certificate(cert).not_valid_after_utc
+        # load_cert_chain reads files: it must see exactly the bytes checked above.
+        self.context.load_cert_chain(str(self.cert_file), str(self.key_file))
+        self._fingerprint = hashlib.sha256(cert + key).digest()
+        self.not_after = not_after
