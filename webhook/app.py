@@ -63,8 +63,11 @@ class WebhookApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         route = ROUTES.get(scope.get("path", "")) if scope["type"] == "http" else None
-        if route is None or scope["method"] != "POST":
+        if route is None:
             await self.api(scope, receive, send)
+            return
+        if scope["method"] != "POST":
+            await _respond(send, 405, _error("admission reviews are sent with POST"))
             return
         endpoint, mode = route
         if scope.get("query_string") == b"mode=warn":
@@ -94,8 +97,7 @@ class WebhookApp:
             status, data, outcome = 500, _error("internal error; see the webhook log"), "error"
         finally:
             self.metrics.in_flight.dec()
-        await send({"type": "http.response.start", "status": status, "headers": _JSON})
-        await send({"type": "http.response.body", "body": data})
+        await _respond(send, status, data)
         seconds = time.perf_counter() - started
         kind = request.kind.kind if request is not None else ""
         operation = request.operation if request is not None else ""
@@ -126,6 +128,11 @@ async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+async def _respond(send: Send, status: int, data: bytes) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": _JSON})
+    await send({"type": "http.response.body", "body": data})
 
 
 def _outcome(verdict: Verdict, mode: str) -> str:

@@ -114,6 +114,10 @@ def _run_worker(
     config.load()
     config.ssl = tls.context  # our context: TLS 1.2+, modern ciphers, reloaded in place
     server = uvicorn.Server(config)
+    # uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown; once that is done the
+    # process has nothing left to do, so the re-raised signal ends it with status 0.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: None)
     log.info("serving on https://%s:%s", settings.host, config.port)
     server.run(sockets=[sock])  # type: ignore[list-item]
     return 0 if server.started else 1

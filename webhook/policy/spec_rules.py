@@ -6,7 +6,7 @@ from decimal import Decimal
 
 from webhook.catalog.quantity import format_quantity
 from webhook.catalog.tpu import ACCELERATOR_LABEL, TOPOLOGY_LABEL, TPU_RESOURCE, Catalog, SliceShape
-from webhook.policy.podspec import TpuSpec, containers, known_accelerator, quantity
+from webhook.policy.podspec import TpuSpec, containers, known_accelerator, quantity, whole_number
 from webhook.policy.violations import ErrorType, Violation
 
 
@@ -119,7 +119,7 @@ def check_chip_counts(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
         f"{accelerator.name} {topology} runs {ok} chips per host; set requests and limits to {ok}"
     )
     return found + [
-        Violation("tpu.chips-per-host", r.field, ErrorType.INVALID, detail, r.value)
+        Violation("tpu.chips-per-host", r.field, ErrorType.INVALID, detail, r.chips)
         for r in tpu.chips
         if r.chips is not None and r.chips not in runs
     ]
@@ -140,7 +140,7 @@ def check_requests_equal_limits(tpu: TpuSpec) -> list[Violation]:
                     ErrorType.INVALID,
                     f"must equal requests[{TPU_RESOURCE}] ({asked}); a Pod runs all chips of its "
                     f"host, set both to the same count",
-                    limit,
+                    _as_number(limit),
                 )
             )
     return found
@@ -217,3 +217,9 @@ def check_quantities(tpu: TpuSpec) -> list[Violation]:
         for resource, value in c.resources(which).items()
         if resource in ("cpu", "memory") and quantity(value) is None
     ]
+
+
+def _as_number(value: object) -> object:
+    """A whole quantity prints as a number (`3`, as users wrote it), anything else as sent."""
+    number = whole_number(value)
+    return value if number is None else number

@@ -1,0 +1,126 @@
+"""A real `tpu-webhook serve` process on loopback, started and always stopped by tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from webhook.certs import KeyPair, make_ca, make_serving_cert, write_pair
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def make_certs(directory: Path, client: bool = False) -> KeyPair:
+    """ca.crt/ca.key/tls.crt/tls.key for 127.0.0.1 and localhost; returns the CA."""
+    ca = make_ca("tpu-webhook-test-ca")
+    write_pair(directory, ca, make_serving_cert(ca, ["localhost"], ["127.0.0.1"]))
+    if client:
+        pair = make_serving_cert(ca, ["kube-apiserver"], client=True)
+        (directory / "client.crt").write_bytes(pair.cert_pem)
+        (directory / "client.key").write_bytes(pair.key_pem)
+    return ca
+
+
+@dataclass
+class WebhookProcess:
+    """`python -m webhook serve` with the given certificate directory and extra flags."""
+
+    certs: Path
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    port: int = field(default_factory=free_port)
+    log: Path | None = None
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.certs / "ca.crt"
+
+    def ssl_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca_file))
+
+    def start(self, timeout: float = 20.0) -> WebhookProcess:
+        self.log = self.log or self.certs / f"webhook-{self.port}.log"
+        command = [
+            sys.executable,
+            "-m",
+            "webhook",
+            "serve",
+            "--port",
+            str(self.port),
+            "--tls-cert-file",
+            str(self.certs / "tls.crt"),
+            "--tls-key-file",
+            str(self.certs / "tls.key"),
+            *self.args,
+        ]
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, "TPU_WEBHOOK_CERT_RELOAD_SECONDS": "0.2", **self.env},
+            )
+        self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise RuntimeError(f"webhook exited early:\n{self.logs()}")
+            try:
+                with urllib.request.urlopen(
+                    f"{self.url}/readyz", context=self.ssl_context(), timeout=2
+                ) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, ssl.SSLError, TimeoutError):
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"webhook not ready after {timeout}s:\n{self.logs()}")
+
+    def logs(self) -> str:
+        return self.log.read_text(errors="replace") if self.log and self.log.exists() else ""
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else None
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            return self.process.wait()
+
+    def __enter__(self) -> WebhookProcess:
+        return self.start()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.stop()
