@@ -5,7 +5,6 @@ Every number a rule uses comes from here; every lookup a request makes is a dict
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -92,6 +91,25 @@ class Accelerator:
         )
 
 
+def edit_distance(a: str, b: str) -> int:
+    """Optimal string alignment distance: insertions, deletions, substitutions, swaps."""
+    previous, current = list(range(len(b) + 1)), [0] * (len(b) + 1)
+    before: list[int] = []
+    for i, char in enumerate(a, 1):
+        current = [i] + [0] * len(b)
+        for j, other in enumerate(b, 1):
+            cost = char != other
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost)
+            if i > 1 and j > 1 and char == b[j - 2] and a[i - 2] == other:
+                current[j] = min(current[j], before[j - 2] + 1)
+        before, previous = previous, current
+    return previous[len(b)]
+
+
+def _digits(text: str) -> str:
+    return "".join(c for c in text if c.isdigit())
+
+
 def topology_dimensions(topology: str) -> tuple[int, ...] | None:
     """`"2x2x4"` -> (2, 2, 4); None when malformed."""
     parts = topology.split("x")
@@ -114,14 +132,25 @@ class Catalog:
         return accelerator.shapes.get(topology, ())
 
     def near_miss(self, value: str) -> str | None:
-        """The known label `value` most likely meant (a typo or a machine type), if any."""
+        """The known label `value` most likely meant (a typo or a machine type), if any.
+
+        A typo keeps the generation's digits and is a character or two away; a label with other
+        digits (`tpu-v9-slice`) may be a newer generation, never a typo of a known one.
+        """
         if value in self.unverified:
             return None
         known = self._near_misses.get(value)
         if known is not None:
             return known
-        close = difflib.get_close_matches(value, list(self.accelerators), n=1, cutoff=0.8)
-        return close[0] if close else None
+        wanted = value.lower()
+        scored = sorted(
+            (edit_distance(wanted, name), name)
+            for name in self.accelerators
+            if _digits(name) == _digits(wanted)
+        )
+        if scored and scored[0][0] <= (1 if len(scored[0][1]) < 10 else 2):
+            return scored[0][1]
+        return None
 
     def is_machine_type(self, value: str) -> bool:
         return any(m.name == value for a in self.accelerators.values() for m in a.machine_types)

@@ -1,0 +1,93 @@
+"""The webhook as a real `tpu-webhook serve` process, registered with the real API server."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from tests.support.controlplane import ControlPlane
+from tests.support.webhook_process import WebhookProcess, make_certs
+from webhook.configs import url_webhook_configurations
+
+CANARY = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "tpu-webhook-canary"},
+    "spec": {
+        "nodeSelector": {
+            "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+            "cloud.google.com/gke-tpu-topology": "2x3",
+        },
+        "containers": [{"name": "c", "image": "busybox"}],
+    },
+}
+
+
+@pytest.fixture(scope="session")
+def webhook_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebhookProcess]:
+    certs = tmp_path_factory.mktemp("webhook-certs")
+    make_certs(certs)
+    with WebhookProcess(certs) as server:
+        yield server
+
+
+def ca_bundle(server: WebhookProcess) -> str:
+    return base64.b64encode(server.ca_file.read_bytes()).decode()
+
+
+def wait_until_denied(control_plane: ControlPlane, namespace: str, timeout: float = 60) -> None:
+    """Configurations go live asynchronously: dry-run a canary until our webhook denies it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = control_plane.kubectl(
+            "create", "--dry-run=server", "-n", namespace, "-f", "-", input=json.dumps(CANARY)
+        )
+        if "tpu.topology-invalid" in result.stderr or "offers 1x1" in result.stderr:
+            return
+        time.sleep(0.5)
+    raise AssertionError("the webhook configuration never went live")
+
+
+@pytest.fixture(scope="session")
+def registered(control_plane: ControlPlane, webhook_server: WebhookProcess) -> list[dict[str, Any]]:
+    """Our Mutating and Validating configurations (url mode), live in the API server."""
+    configurations = url_webhook_configurations(webhook_server.url, ca_bundle(webhook_server))
+    manifest = "\n".join(json.dumps(c) for c in configurations)
+    control_plane.kubectl("apply", "-f", "-", input=manifest, check=True)
+    wait_until_denied(control_plane, "default")
+    return configurations
+
+
+@pytest.fixture(scope="session")
+def api(control_plane: ControlPlane) -> client.ApiClient:
+    return config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+
+
+@pytest.fixture
+def namespace(control_plane: ControlPlane, registered: list[dict[str, Any]]) -> Iterator[str]:
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    control_plane.kubectl("create", "namespace", name, check=True)
+    yield name
+    control_plane.kubectl("delete", "namespace", name, "--wait=false")
+
+
+def wait_for(predicate: Any, timeout: float = 60, interval: float = 0.25) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+def seed(name: str) -> Path:
+    return Path(__file__).resolve().parent.parent / "seeds" / name
