@@ -15,37 +15,36 @@ MODE_LABEL = "tpu-webhook.io/mode"
 
 
 def tpu_match_expression() -> str:
-    """CEL that is true only for objects whose pod spec names a TPU selector or requests chips."""
-    by_spec: dict[str, list[str]] = {}
+    """CEL that is true only for objects whose pod spec names a TPU selector or requests chips.
+
+    Derived from the workload table, so a new kind there is a new branch here. Every step is
+    guarded with has(): an evaluation error counts as a webhook failure. The chart ships this
+    text as files/tpu-workload.cel (`make chart-cel`; a test keeps the two identical).
+    """
+    by_spec: dict[tuple[str, ...], list[str]] = {}
     for workload in WORKLOADS.values():
-        by_spec.setdefault(".".join(("object", *workload.pod_spec)), []).append(workload.kind)
-    parts = []
-    for spec, kinds in by_spec.items():
-        kind_test = (
-            f"request.kind.kind == '{kinds[0]}'"
-            if len(kinds) == 1
-            else f"request.kind.kind in {kinds!r}".replace('"', "'")
+        by_spec.setdefault(workload.pod_spec, []).append(workload.kind)
+    branches = ""
+    for path, kinds in by_spec.items():
+        spec = ".".join(("object", *path))
+        guard = " && ".join(
+            f"has({'.'.join(('object', *path[: i + 1]))})" for i in range(len(path))
         )
-        parts.append(f"({kind_test} && {_guard(spec)} && ({_spec_is_tpu(spec)}))")
-    return " || ".join(parts)
-
-
-def _guard(spec: str) -> str:
-    steps = spec.split(".")
-    return " && ".join(f"has({'.'.join(steps[: i + 1])})" for i in range(1, len(steps)))
-
-
-def _spec_is_tpu(s: str) -> str:
+        test = " || ".join(f"request.kind.kind == '{kind}'" for kind in kinds)
+        branches += f"({test})\n  ? ({guard} ? [{spec}] : [])\n  : "
     wants = (
-        f"(has(c.resources) && ((has(c.resources.requests) && '{TPU_RESOURCE}' in "
-        f"c.resources.requests) || (has(c.resources.limits) && '{TPU_RESOURCE}' in "
-        "c.resources.limits)))"
+        f"has(c.resources)\n"
+        f"    && ((has(c.resources.requests) && '{TPU_RESOURCE}' in c.resources.requests)\n"
+        f"        || (has(c.resources.limits) && '{TPU_RESOURCE}' in c.resources.limits))"
     )
     return (
-        f"(has({s}.nodeSelector) && ('{ACCELERATOR_LABEL}' in {s}.nodeSelector || "
-        f"'{TOPOLOGY_LABEL}' in {s}.nodeSelector)) || "
-        f"(has({s}.containers) && {s}.containers.exists(c, {wants})) || "
-        f"(has({s}.initContainers) && {s}.initContainers.exists(c, {wants}))"
+        f"({branches}[]\n).exists(s,\n"
+        f"  (has(s.nodeSelector)\n"
+        f"    && ('{ACCELERATOR_LABEL}' in s.nodeSelector\n"
+        f"        || '{TOPOLOGY_LABEL}' in s.nodeSelector))\n"
+        f"  || ((has(s.containers) ? s.containers : [])\n"
+        f"      + (has(s.initContainers) ? s.initContainers : [])).exists(c,\n"
+        f"    {wants}))"
     )
 
 

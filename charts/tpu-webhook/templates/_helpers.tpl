@@ -95,7 +95,7 @@ Call with (list <pem> <values path for the message>).
 {{- if not (hasPrefix "-----BEGIN CERTIFICATE-----" $pem) }}
 {{- fail (printf "%s must be a PEM certificate (\"-----BEGIN CERTIFICATE-----...\"), not base64 or empty" $path) }}
 {{- end }}
-{{- $pem | b64enc }}
+{{- printf "%s\n" $pem | b64enc }}
 {{- end }}
 
 {{/*

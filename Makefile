@@ -1,0 +1,61 @@
+# One entry point for people, pre-commit and CI. `make test` is the README's test command.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+
+.PHONY: install run fmt lint typecheck test test-unit test-e2e chart-test tools certs audit bench image-check clean chart-cel
+
+$(INSTALLED): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip==25.3
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	rm -f $(VENV)/.installed-* && touch $@
+
+install: $(INSTALLED)
+
+run: install  ## the webhook on https://127.0.0.1:8443 with development certificates in certs/
+	$(BIN)/tpu-webhook serve
+
+fmt: install
+	$(BIN)/ruff format webhook tests bench
+	$(BIN)/ruff check --fix webhook tests bench
+
+lint: install
+	$(BIN)/ruff check webhook tests bench
+	$(BIN)/ruff format --check webhook tests bench
+	$(BIN)/lint-imports
+
+typecheck: install
+	$(BIN)/mypy
+
+tools:  ## kube-apiserver, kube-controller-manager, etcd, kubectl, helm from Go modules (cached)
+	bash tests/tools/build.sh
+
+test-unit: install
+	$(BIN)/pytest -m "not e2e"
+
+test-e2e: install tools
+	$(BIN)/pytest -m e2e
+
+chart-test: install tools
+	$(BIN)/pytest tests/chart
+
+audit: install  ## known vulnerabilities in the pinned dependencies
+	$(BIN)/pip-audit --progress-spinner off --skip-editable
+
+test: install lint typecheck tools  ## everything CI runs
+	$(BIN)/pytest
+
+certs: install
+	$(BIN)/tpu-webhook certs --out certs
+
+bench: install
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .e2e-logs
+
+chart-cel: install  ## regenerate the chart's matchConditions CEL from the workload table
+	$(BIN)/python -c "from webhook.configs import tpu_match_expression as t; print(t())" > charts/tpu-webhook/files/tpu-workload.cel
