@@ -57,13 +57,15 @@ DEFAULT_CONTROLLERS: tuple[str, ...] = (
     "deployment-controller",
     "statefulset-controller",
     "root-ca-certificate-publisher-controller",
+    "clusterrole-aggregation-controller",
     "ttl-after-finished-controller",
 )
 
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
-BUILD_TIMEOUT_S = 60 * 60  # a cold build on 2 cores takes ~20 min
+BUILD_TIMEOUT_S = 60 * 60  # a cold build on 2 cores measured 261 s; allow for slow proxies
 STOP_TIMEOUT_S = 15.0
+WORKDIR_PREFIX = "tpu-webhook-cp-"
 
 
 class ControlPlaneError(RuntimeError):
@@ -133,6 +135,28 @@ def _stop_process(proc: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT_S
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=timeout)
+
+
+def _sweep_stale_workdirs() -> None:
+    """Remove temp dirs of control planes whose test process died (e.g. SIGKILL).
+
+    Their processes were killed with it (PDEATHSIG); only the files were left.
+    """
+    for d in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*"):
+        try:
+            pid = int((d / "owner.pid").read_text())
+        except (OSError, ValueError):
+            stale = time.time() - d.stat().st_mtime > 3600  # unknown owner: by age
+        else:
+            try:
+                os.kill(pid, 0)
+                stale = False
+            except ProcessLookupError:
+                stale = True
+            except PermissionError:
+                stale = False
+        if stale:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 @atexit.register
@@ -346,7 +370,10 @@ class ControlPlane:
             raise ControlPlaneError("control plane already started")
         bin_dir = self.bin_dir  # may build (minutes, cold): not counted in start_timeout
         began = time.monotonic()
-        self._workdir = Path(tempfile.mkdtemp(prefix="tpu-webhook-cp-"))
+        with contextlib.suppress(OSError):
+            _sweep_stale_workdirs()
+        self._workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
+        (self._workdir / "owner.pid").write_text(str(os.getpid()))
         _live.add(self)
         try:
             self._start(bin_dir, deadline=began + self.start_timeout)

@@ -56,8 +56,7 @@ export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="${GOFLAGS:-} -mod=readonly -buil
 # version; buildDate is the tag's time as the proxy reports it (reproducible).
 k8s_minor="${K8S_VERSION#v1.}"
 k8s_minor="${k8s_minor%%.*}"
-tag_time="$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" |
-  sed -n 's/.*"Time": *"\([^"]*\)".*/\1/p' | head -n1)"
+tag_time="$(go list -m -f '{{with .Time}}{{.UTC.Format "2006-01-02T15:04:05Z"}}{{end}}' k8s.io/kubernetes)"
 tag_time="${tag_time:-1970-01-01T00:00:00Z}"
 kv() { # -X flags for one Go version package
   echo "-X $1.gitVersion=$K8S_VERSION -X $1.gitMajor=1 -X $1.gitMinor=$k8s_minor" \
