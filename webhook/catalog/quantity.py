@@ -7,7 +7,7 @@ importing the client costs more than a whole admission request.
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal
 
 _SUFFIXES: dict[str, Decimal] = {
     "": Decimal(1),
@@ -29,12 +29,21 @@ _SUFFIXES: dict[str, Decimal] = {
 }
 _QUANTITY = re.compile(
     r"(?P<number>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
-    r"(?P<suffix>[KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?"
+    r"(?:(?P<suffix>[KMGTPE]i|[numkMGTPE])|[eE](?P<exponent>[+-]?[0-9]+))?"
 )
+# Exact arithmetic for every realistic quantity; anything beyond 10^MAX_EXPONENT (an exabyte is
+# 10^18) is refused rather than computed, so a hostile "1e999999" costs nothing.
+_CONTEXT = Context(prec=100, Emax=10_000, Emin=-10_000)
+MAX_EXPONENT = 30
+MIN_EXPONENT = 9_000
 
 
 class QuantityError(ValueError):
     """A value that is not a Kubernetes quantity."""
+
+
+class QuantityOutOfRange(QuantityError):
+    """A valid quantity beyond 10^MAX_EXPONENT: larger than any resource of any machine."""
 
 
 def parse_quantity(value: object) -> Decimal:
@@ -42,23 +51,35 @@ def parse_quantity(value: object) -> Decimal:
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise QuantityError(f"not a quantity: {value!r}")
     if isinstance(value, int):
+        if abs(value) >= 10**MAX_EXPONENT:
+            raise QuantityOutOfRange(f"quantity out of range: {value!r}")
         return Decimal(value)
     text = str(value) if isinstance(value, float) else value
     match = _QUANTITY.fullmatch(text)
     if match is None:
         raise QuantityError(f"not a quantity: {value!r}")
-    try:
-        number = Decimal(match["number"])
-    except InvalidOperation as error:  # pragma: no cover - the pattern admits only decimals
-        raise QuantityError(f"not a quantity: {value!r}") from error
-    suffix = match["suffix"] or ""
-    if suffix[:1] in ("e", "E") and len(suffix) > 1:
-        return number.scaleb(int(suffix[1:]))
-    return number * _SUFFIXES[suffix]
+    number = Decimal(match["number"])
+    exponent = match["exponent"]
+    if exponent is not None:
+        # int() of thousands of digits is itself slow: any exponent that long is out of range.
+        shift = int(exponent) if len(exponent) <= 8 else int(exponent[0] + "1" + "0" * 8)
+        size = number.adjusted() + shift if number else 0
+        if size > MAX_EXPONENT:
+            raise QuantityOutOfRange(f"quantity out of range: {value!r}")
+        if size < -MIN_EXPONENT:
+            raise QuantityError(f"quantity too small: {value!r}")
+        amount = number.scaleb(shift, _CONTEXT) if number else number
+    else:
+        amount = _CONTEXT.multiply(number, _SUFFIXES[match["suffix"] or ""])
+    if amount and amount.copy_abs().adjusted() > MAX_EXPONENT:
+        raise QuantityOutOfRange(f"quantity out of range: {value!r}")
+    return amount
 
 
 def format_quantity(amount: Decimal) -> str:
     """A readable form for messages: whole numbers without exponent, fractions as given."""
+    if not amount.is_finite():
+        return f"more than 1e{MAX_EXPONENT}"
     normal = amount.normalize()
     if normal == normal.to_integral_value():
         return str(int(normal))

@@ -86,7 +86,8 @@ class Accelerator:
         if self.multiple_of is None:
             return listed
         return (
-            f"{listed}, or any {'x'.join('ABC'[: self.dimensions])} with every dimension a "
+            f"{listed}, or any {'x'.join('ABC'[: self.dimensions])} with "
+            f"{' <= '.join('ABC'[: self.dimensions])} and every dimension a "
             f"multiple of {self.multiple_of} up to {self.max_chips} chips"
         )
 

@@ -6,6 +6,7 @@ and mutating the patched object again yields no operation.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -49,12 +50,12 @@ def copy_missing_limits(tpu: TpuSpec, resources: Iterable[str]) -> list[PatchOp]
 
 def add_missing_ports(tpu: TpuSpec, ports: Iterable[Port]) -> list[PatchOp]:
     """The catalog's TPU ports on each TPU container, unless a port with that number is there."""
-    taken = {p.get("name") for c in _all_containers(tpu) for p in _ports(c)}
+    taken = _scalars(p.get("name") for c in _all_containers(tpu) for p in _ports(c))
     ops: list[PatchOp] = []
     for container in tpu.tpu_containers():
         if container.init:
             continue
-        numbers = {p.get("containerPort") for p in _ports(container)}
+        numbers = _scalars(p.get("containerPort") for p in _ports(container))
         missing = []
         for port in ports:
             if port.container_port in numbers:
@@ -73,11 +74,8 @@ def add_missing_env(tpu: TpuSpec, env: list[EnvVar]) -> list[PatchOp]:
         if container.init:
             continue
         present = container.body.get("env")
-        names = (
-            {e.get("name") for e in present if isinstance(e, Mapping)}
-            if isinstance(present, list)
-            else set()
-        )
+        items = present if isinstance(present, list) else []
+        names = _scalars(e.get("name") for e in items if isinstance(e, Mapping))
         ops += _append(
             container.path.child("env"), present, [e for e in env if e["name"] not in names]
         )
@@ -150,8 +148,8 @@ def _subdomain(
         field,
         ErrorType.DEFAULTED,
         f"set to the Job name so the {shape.hosts} hosts resolve as {name}-0.{name} .. "
-        f"{name}-{shape.hosts - 1}.{name}; create a headless Service named {name!r} "
-        f"(clusterIP: None) selecting the Job's Pods".replace("'", '"'),
+        f"{name}-{shape.hosts - 1}.{name}; create a headless Service named {json.dumps(name)} "
+        "(clusterIP: None) selecting the Job's Pods",
         name,
         advisory=True,
     )
@@ -200,3 +198,8 @@ def _unique(name: str, taken: set[object]) -> str:
         suffix = f"-{n}"
         candidate, n = name[: 15 - len(suffix)] + suffix, n + 1
     return candidate
+
+
+def _scalars(values: Iterable[object]) -> set[object]:
+    """The hashable values (a list where a name belongs is the API server's to reject)."""
+    return {v for v in values if isinstance(v, str | int | float)}

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from webhook.catalog.quantity import QuantityError, parse_quantity
+from webhook.catalog.quantity import QuantityError, QuantityOutOfRange, parse_quantity
 from webhook.catalog.tpu import (
     ACCELERATOR_LABEL,
     TOPOLOGY_LABEL,
@@ -109,14 +109,22 @@ def _chip_requests(spec: Mapping[str, Any], at: FieldPath) -> Iterator[ChipReque
 
 def whole_number(value: object) -> int | None:
     amount = quantity(value)
-    if amount is None or amount < 0 or amount != amount.to_integral_value():
+    if (
+        amount is None
+        or not amount.is_finite()
+        or amount < 0
+        or amount != amount.to_integral_value()
+    ):
         return None
     return int(amount)
 
 
 def quantity(value: object) -> Decimal | None:
+    """The amount; +/-Infinity beyond the parser's range (larger than any VM); None if invalid."""
     try:
         return parse_quantity(value)
+    except QuantityOutOfRange:
+        return Decimal("-Infinity") if str(value).lstrip().startswith("-") else Decimal("Infinity")
     except QuantityError:
         return None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -68,7 +69,7 @@ def check_host_counts(
                     "tpu.multihost-parallelism",
                     field,
                     ErrorType.REQUIRED,
-                    f"{detail} (it defaults to 1)",
+                    detail + _default_note(hosts.count_defaults.get(name)),
                 )
             )
         else:
@@ -125,10 +126,9 @@ def check_hostname_length(
             "tpu.hostname-too-long",
             FieldPath.root("metadata", "name"),
             ErrorType.INVALID,
-            f"the last host's hostname {last!r} is {len(last)} characters and a hostname is at "
-            f"most {MAX_HOSTNAME_LENGTH}; shorten the name to at most {room} characters".replace(
-                "'", '"'
-            ),
+            f"the last host's hostname {json.dumps(last)} is {len(last)} characters and a "
+            f"hostname is at most {MAX_HOSTNAME_LENGTH}; shorten the name to at most {room} "
+            "characters",
             name,
         )
     ]
@@ -143,17 +143,22 @@ def check_retries(obj: Mapping[str, Any], workload: Workload, shape: SliceShape)
     if not isinstance(retries, int) or retries <= 0:
         return []
     field = FieldPath.root(*hosts.controller, hosts.retries)
-    shown = value if value is not None else f"{retries} (the default)"
+    detail = (
+        f"retries restart one Pod at a time, and a restarted host cannot rejoin its slice of "
+        f"{shape.hosts}; set {hosts.retries}: 0 and retry the whole Job (or use JobSet)"
+    )
+    if value is None:
+        return [
+            Violation(
+                "tpu.multihost-retries",
+                field,
+                ErrorType.REQUIRED,
+                f"{detail} (it defaults to {retries})",
+                advisory=True,
+            )
+        ]
     return [
-        Violation(
-            "tpu.multihost-retries",
-            field,
-            ErrorType.INVALID,
-            f"retries restart one Pod at a time, and a restarted host cannot rejoin its slice of "
-            f"{shape.hosts}; set {hosts.retries}: 0 and retry the whole Job (or use JobSet)",
-            shown,
-            advisory=True,
-        )
+        Violation("tpu.multihost-retries", field, ErrorType.INVALID, detail, value, advisory=True)
     ]
 
 
@@ -183,3 +188,7 @@ def literal_env(container: Container) -> list[tuple[FieldPath, str, object]]:
 def _in_range(value: object, hosts: int) -> bool:
     text = str(value)
     return text.isdigit() and int(text) < hosts
+
+
+def _default_note(default: int | None) -> str:
+    return "" if default is None else f" (it defaults to {default})"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 
 from webhook.catalog.quantity import format_quantity
@@ -46,7 +47,7 @@ def check_accelerator(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
                 "tpu.accelerator-unknown",
                 field,
                 ErrorType.UNSUPPORTED,
-                f"{kind}; did you mean {meant!r}?".replace("'", '"'),
+                f"{kind}; did you mean {json.dumps(meant)}?",
                 value,
             )
         ]

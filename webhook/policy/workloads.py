@@ -6,7 +6,7 @@ One entry per kind: JobSet, LeaderWorkerSet and RayCluster become entries here.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from webhook.catalog.tpu import JOB_COMPLETION_INDEX, POD_INDEX_LABEL
@@ -26,6 +26,7 @@ class HostModel:
     indexed_mode: tuple[str, str] | None = None  # (field of controller, required value)
     retries: str | None = None  # field of controller whose non-zero value breaks a slice
     retries_default: int = 0
+    count_defaults: Mapping[str, int] = field(default_factory=dict)  # what the API server fills
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,7 @@ _JOB_HOSTS = HostModel(
     indexed_mode=("completionMode", "Indexed"),
     retries="backoffLimit",
     retries_default=6,
+    count_defaults={"parallelism": 1},
 )
 
 WORKLOADS: dict[tuple[str, str], Workload] = {
