@@ -139,7 +139,10 @@ def _check(args: argparse.Namespace) -> int:
             verdict = (
                 "denied" if r.denials else ("admitted with warnings" if r.warnings else "admitted")
             )
-            patched = f" (patched: {len(r.patch)} operations)" if r.patch and r.allowed else ""
+            count = len(r.patch)
+            patched = (
+                f" (patched: {count} operation{'s' * (count != 1)})" if count and r.allowed else ""
+            )
             print(f"{r.kind}/{r.name}: {verdict}{patched}")
             for v in r.denials:
                 print(f"  error [{v.code}] {v.message}")
@@ -230,6 +233,7 @@ def example_manifests(shape: SliceShape, name: str = "tpu-job") -> list[dict[str
 def dump_yaml(documents: Sequence[Mapping[str, Any]]) -> str:
     yaml = YAML(typ="safe", pure=True)
     yaml.default_flow_style = False
+    yaml.width = 4096  # long values (hostnames, commands) stay on one line
     out = io.StringIO()
     yaml.dump_all([orjson.loads(orjson.dumps(d)) for d in documents], out)
     return "---\n" + out.getvalue() if documents else ""

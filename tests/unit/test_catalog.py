@@ -207,7 +207,7 @@ def test_an_extension_file_replaces_the_ports_and_unverified_lists(tmp_path: Pat
 BROKEN = {
     "chips-not-a-number": (
         EXTRA_ACCELERATOR.replace("chips: 4", "chips: four"),
-        "accelerators.0.machineTypes.0.chips",
+        "accelerators[tpu-v9-slice].machineTypes[ct9-standard-4t].chips: Input should be",
     ),
     "topology-with-wrong-dimensions": (
         EXTRA_ACCELERATOR.replace("dimensions: 2", "dimensions: 3"),
@@ -220,7 +220,7 @@ BROKEN = {
     "duplicate-key": ("version: 1\nversion: 1\n", 'duplicate key "version"'),
     "memory-not-a-quantity": (
         EXTRA_ACCELERATOR.replace("memory: 1Ti", "memory: lots"),
-        "accelerators.0.machineTypes.0.memory",
+        "accelerators[tpu-v9-slice].machineTypes[ct9-standard-4t].memory: Value error",
     ),
     "single-host-chips-match-no-machine": (
         EXTRA_ACCELERATOR.replace("singleHost: [2x2]", "singleHost: [2x4]"),

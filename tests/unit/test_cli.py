@@ -45,10 +45,10 @@ def yaml_documents(text: str) -> list[Any]:
             "v4-2x2x4-indexed-job.yaml",
             [
                 "Service/headless-svc: admitted",
-                "Job/tpu-available-chips: admitted with warnings (patched: 1 operations)",
+                "Job/tpu-available-chips: admitted with warnings (patched: 1 operation)",
             ],
         ),
-        ("v5e-2x4-single-host-pod.yaml", ["Pod/tpu-job-jax-v5: admitted (patched: 1 operations)"]),
+        ("v5e-2x4-single-host-pod.yaml", ["Pod/tpu-job-jax-v5: admitted (patched: 1 operation)"]),
         (
             "jetstream-deployment.yaml",
             ["Deployment/maxengine-server: admitted (patched: 2 operations)"],
@@ -195,7 +195,7 @@ def test_check_reads_several_filenames(capsys: pytest.CaptureFixture[str]) -> No
     )
     assert code == 0
     assert out.splitlines() == [
-        "Pod/tpu-job-jax-v5: admitted (patched: 1 operations)",
+        "Pod/tpu-job-jax-v5: admitted (patched: 1 operation)",
         "Deployment/maxengine-server: admitted (patched: 2 operations)",
     ]
 

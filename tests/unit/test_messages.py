@@ -100,11 +100,11 @@ def test_accelerator_unknown_says_a_machine_type_is_not_an_accelerator() -> None
     ]
 
 
-def test_accelerator_unknown_warning_says_the_workload_is_admitted_unchecked() -> None:
+def test_accelerator_unknown_warning_says_what_goes_unchecked() -> None:
     assert messages(pod("tpu7", "2x2x1", **chips(4)), "tpu.accelerator-unknown") == [
         'spec.nodeSelector[cloud.google.com/gke-tpu-accelerator]: Unsupported value: "tpu7": '
-        f"not in this webhook's TPU catalog ({KNOWN}); admitted without TPU checks, add it to the "
-        "catalog (--catalog) if it is a new TPU type"
+        f"not in this webhook's TPU catalog ({KNOWN}); its topologies and chip counts are not "
+        "checked, add it to the catalog (--catalog) if it is a new TPU type"
     ]
 
 

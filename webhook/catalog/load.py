@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from ruamel.yaml import YAML
@@ -43,7 +43,7 @@ class _MachineType(_Model):
     chips: int = Field(gt=0)
     cpu: str
     memory: str
-    capacity_confirmed: bool = Field(default=True, alias="capacityConfirmed")
+    unconfirmed: tuple[Literal["cpu", "memory"], ...] = ()
 
     @field_validator("cpu", "memory", mode="before")
     @classmethod
@@ -134,11 +134,33 @@ def _parse(text: str, source: str) -> _CatalogFile:
     try:
         return _CatalogFile.model_validate(data)
     except ValidationError as error:
+        errors = error.errors()
+        deeper = [e["loc"] for e in errors]
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}"
-            for e in error.errors()
+            f"{_where(data, e['loc'])}: {e['msg']}"
+            for e in errors
+            # a list that is "too short" only because its items failed says nothing new
+            if not (
+                e["type"] == "too_short"
+                and any(len(d) > len(e["loc"]) and d[: len(e["loc"])] == e["loc"] for d in deeper)
+            )
         )
         raise CatalogError(f"{source}: {problems}") from None
+
+
+def _where(data: Any, loc: tuple[int | str, ...]) -> str:
+    """`accelerators[tpu-v9].machineTypes[0].chips`: list items named where they have a name."""
+    text, node = "", data
+    for step in loc:
+        if isinstance(step, int):
+            item = node[step] if isinstance(node, list) and step < len(node) else None
+            name = item.get("name") if isinstance(item, dict) else None
+            text += f"[{name}]" if isinstance(name, str) and name else f"[{step}]"
+            node = item
+        else:
+            text += f".{step}" if text else str(step)
+            node = node.get(step) if isinstance(node, dict) else None
+    return text or "(top level)"
 
 
 def _merge(base: _CatalogFile, extra: _CatalogFile) -> _CatalogFile:
@@ -170,7 +192,7 @@ def _build(data: _CatalogFile) -> Catalog:
                     parse_quantity(m.memory),
                     m.cpu,
                     m.memory,
-                    m.capacity_confirmed,
+                    frozenset(m.unconfirmed),
                 )
                 for m in a.machine_types
             ],

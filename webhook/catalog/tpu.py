@@ -36,7 +36,7 @@ class MachineType:
     memory: Decimal
     cpu_text: str
     memory_text: str
-    capacity_confirmed: bool = True
+    unconfirmed: frozenset[str] = frozenset()  # "cpu" / "memory": sources disagree
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,8 +56,8 @@ def check_accelerator(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
             "tpu.accelerator-unknown",
             field,
             ErrorType.UNSUPPORTED,
-            f"not in this webhook's TPU catalog ({catalog.names()}); admitted without TPU checks, "
-            "add it to the catalog (--catalog) if it is a new TPU type",
+            f"not in this webhook's TPU catalog ({catalog.names()}); its topologies and chip "
+            "counts are not checked, add it to the catalog (--catalog) if it is a new TPU type",
             value,
             advisory=True,
         )
@@ -188,7 +188,7 @@ def check_node_capacity(tpu: TpuSpec, shape: SliceShape | None) -> list[Violatio
             else tpu.at.child("containers")
         )
         value = asking[0][1] if len(asking) == 1 else format_quantity(total)
-        unsure = "" if machine.capacity_confirmed else " (an unconfirmed figure)"
+        unsure = " (an unconfirmed figure)" if resource in machine.unconfirmed else ""
         found.append(
             Violation(
                 "tpu.resources-exceed-node",
@@ -198,7 +198,7 @@ def check_node_capacity(tpu: TpuSpec, shape: SliceShape | None) -> list[Violatio
                 f"{text} "
                 f"{resource}{unsure}; request at most {text} or the Pod never schedules",
                 value,
-                advisory=not machine.capacity_confirmed,
+                advisory=resource in machine.unconfirmed,
             )
         )
     return found
