@@ -3,13 +3,14 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+CODE := webhook tests $(wildcard bench)
 INSTALLED := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
 .PHONY: install run fmt lint typecheck test test-unit test-e2e chart-test tools certs audit bench image-check clean chart-cel
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip==25.3
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip==26.3
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	rm -f $(VENV)/.installed-* && touch $@
 
@@ -19,12 +20,12 @@ run: install  ## the webhook on https://127.0.0.1:8443 with development certific
 	$(BIN)/tpu-webhook serve
 
 fmt: install
-	$(BIN)/ruff format webhook tests bench
-	$(BIN)/ruff check --fix webhook tests bench
+	$(BIN)/ruff format $(CODE)
+	$(BIN)/ruff check --fix $(CODE)
 
 lint: install
-	$(BIN)/ruff check webhook tests bench
-	$(BIN)/ruff format --check webhook tests bench
+	$(BIN)/ruff check $(CODE)
+	$(BIN)/ruff format --check $(CODE)
 	$(BIN)/lint-imports
 
 typecheck: install
