@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import datetime as dt
 import ipaddress
 import logging
 import os
@@ -31,7 +32,9 @@ class JsonFormatter(logging.Formatter):
         if record.name == "tpu_webhook.review" and not record.exc_info:
             return message
         line = {
-            "time": self.formatTime(record),
+            "time": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(
+                timespec="milliseconds"
+            ),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": message,
