@@ -164,3 +164,24 @@ def test_sigterm_finishes_requests_in_flight_and_exits(tmp_path: Path) -> None:
         "ConnectionResetError",
         "BadStatusLine",
     }
+
+
+def test_several_workers_share_the_port_and_stop_together(tmp_path: Path) -> None:
+    make_certs(tmp_path)
+    server = WebhookProcess(tmp_path, ["--workers", "2"]).start()
+    assert server.process is not None
+    children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children")
+    workers = children.read_text().split()
+    try:
+        assert len(workers) == 2
+        for _ in range(20):
+            connection = http.client.HTTPSConnection(
+                "127.0.0.1", server.port, context=server.ssl_context()
+            )
+            connection.request("POST", "/validate", REVIEW, {"Content-Type": "application/json"})
+            assert connection.getresponse().status == 200
+            connection.close()
+    finally:
+        code = server.stop()
+    assert code == 0
+    assert all(not Path(f"/proc/{pid}").exists() for pid in workers)

@@ -159,6 +159,13 @@ def test_an_extension_file_adds_an_accelerator_and_keeps_the_packaged_ones(
     assert catalog.unverified == CATALOG.unverified
 
 
+def test_a_replacement_file_is_the_whole_catalog(tmp_path: Path) -> None:
+    text = EXTRA_ACCELERATOR.replace("version: 1\n", "version: 1\nreplacePackaged: true\n")
+    catalog = load_catalog(write(tmp_path, text))
+    assert list(catalog.accelerators) == ["tpu-v9-slice"]
+    assert catalog.ports == ()
+
+
 def test_an_extension_file_replaces_an_accelerator_of_the_same_name(tmp_path: Path) -> None:
     replacement = """\
 version: 1

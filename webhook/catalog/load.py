@@ -106,6 +106,8 @@ class _Accelerator(_Model):
 
 class _CatalogFile(_Model):
     version: int = Field(ge=1, le=1)
+    # An operator's file that is the whole catalog rather than an extension of the packaged one.
+    replace_packaged: bool = Field(default=False, alias="replacePackaged")
     ports: tuple[_Port, ...] | None = None
     unverified_accelerators: tuple[str, ...] | None = Field(
         default=None, alias="unverifiedAccelerators"
@@ -123,7 +125,8 @@ def load_catalog(extra: Path | None = None) -> Catalog:
         text = extra.read_text("utf-8")
     except OSError as error:
         raise CatalogError(f"catalog {extra}: cannot read: {error.strerror}") from None
-    return _build(_merge(base, _parse(text, f"catalog {extra}")))
+    operator = _parse(text, f"catalog {extra}")
+    return _build(operator if operator.replace_packaged else _merge(base, operator))
 
 
 def _parse(text: str, source: str) -> _CatalogFile:
