@@ -5,7 +5,10 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from webhook.policy.decide import Verdict
+from webhook.policy.workloads import WORKLOADS
 
+KINDS = frozenset({"", *(w.kind for w in WORKLOADS.values())})
+OPERATIONS = frozenset({"", "CREATE", "UPDATE", "DELETE", "CONNECT"})
 _BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
 
@@ -60,6 +63,8 @@ class Metrics:
         mode: str,
         seconds: float,
     ) -> None:
+        kind = kind if kind in KINDS else "other"  # labels never grow with what clients send
+        operation = operation if operation in OPERATIONS else "other"
         self.requests.labels(endpoint, kind, operation, outcome).inc()
         self.latency.labels(endpoint).observe(seconds)
         if verdict is None:

@@ -18,6 +18,7 @@ import uvicorn
 from webhook.app import create_app
 from webhook.certs import CA_FILE, CERT_FILE, KEY_FILE, ensure_dev_certs
 from webhook.configs import url_webhook_configurations
+from webhook.protocol import WebhookHttpProtocol, WebhookLoop
 from webhook.settings import Settings
 from webhook.tls import ServingTLS
 
@@ -83,8 +84,10 @@ def serve(settings: Settings) -> int:
         "webhook:unused",
         host=settings.host,
         port=settings.port,
-        loop="uvloop",
-        http="httptools",
+        loop="webhook.protocol:WebhookLoop",  # a custom loop is named by its factory
+        http=WebhookHttpProtocol.configured(
+            settings.request_timeout_seconds, settings.shutdown_drain_seconds
+        ),
         lifespan="on",
         access_log=False,
         log_config=None,
@@ -94,6 +97,7 @@ def serve(settings: Settings) -> int:
         ssl_certfile=str(cert),
         ssl_keyfile=str(key),
     )
+    WebhookLoop.handshake_timeout = settings.request_timeout_seconds  # before any loop exists
     sock = config.bind_socket()
     port = sock.getsockname()[1]
     if dev_ca is not None and settings.print_webhook_configs:

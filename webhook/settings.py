@@ -29,6 +29,10 @@ class Settings(BaseSettings):
     # Longer than the API server's 90 s idle connection timeout: no new handshake after a lull.
     keep_alive_seconds: int = Field(default=120, ge=1)
     graceful_shutdown_seconds: int = Field(default=20, ge=1)
+    # A request must arrive completely within this time (slow clients are dropped).
+    request_timeout_seconds: float = Field(default=10.0, gt=0)
+    # On SIGTERM idle keep-alive connections stay open this long to answer a request in flight.
+    shutdown_drain_seconds: float = Field(default=2.0, ge=0)
     print_webhook_configs: bool = True
 
     @model_validator(mode="after")

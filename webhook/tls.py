@@ -6,10 +6,13 @@ connections already open keep theirs, so a rotation never fails a request in fli
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import logging
+import os
 import ssl
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,7 +72,23 @@ class ServingTLS:
 
     def _load(self, cert: bytes, key: bytes) -> None:
         not_after = x509.load_pem_x509_certificate(cert).not_valid_after_utc
-        # load_cert_chain reads files: it must see exactly the bytes checked above.
-        self.context.load_cert_chain(str(self.cert_file), str(self.key_file))
+        # load_cert_chain reads files, and a failed load (a certificate whose key is not written
+        # yet) leaves the live context without a usable key. So both loads read the very bytes
+        # checked here, from memory-backed files, and the pair is tried on a scratch context
+        # before the live one is touched.
+        with _in_memory(cert) as cert_path, _in_memory(key) as key_path:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_path, key_path)
+            self.context.load_cert_chain(cert_path, key_path)
         self._fingerprint = hashlib.sha256(cert + key).digest()
         self.not_after = not_after
+
+
+@contextlib.contextmanager
+def _in_memory(data: bytes) -> Iterator[str]:
+    """A path whose content is `data`, never written to disk (Linux memfd)."""
+    fd = os.memfd_create("tpu-webhook-tls", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, data)
+        yield f"/proc/self/fd/{fd}"
+    finally:
+        os.close(fd)

@@ -169,7 +169,7 @@ BROKEN: list[tuple[str, Any, str]] = [
         lambda job: job["spec"]["template"]["spec"]["containers"][0]["resources"].update(
             requests={"google.com/tpu": 3}, limits={"google.com/tpu": 3}
         ),
-        "spec.template.spec.containers[0].resources.requests[google.com/tpu]: Invalid value: 3: "
+        "spec.template.spec.containers[0].resources.limits[google.com/tpu]: Invalid value: 3: "
         "tpu-v4-podslice 2x2x4 runs 4 chips per host; set requests and limits to 4",
     ),
     (

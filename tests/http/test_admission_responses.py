@@ -12,7 +12,7 @@ from tests.http.conftest import review, tpu_pod
 
 UID = "705ab4f5-6393-11e8-b7cc-42010a800002"
 CHIPS_MESSAGE = (
-    "spec.containers[0].resources.requests[google.com/tpu]: Invalid value: 3: "
+    "spec.containers[0].resources.limits[google.com/tpu]: Invalid value: 3: "
     "tpu-v5-lite-podslice 2x4 runs 4 or 8 chips per host; set requests and limits to 4 or 8"
 )
 
@@ -68,11 +68,11 @@ def test_denies_a_chip_count_no_host_shape_runs_with_a_field_error(client: TestC
 
 def test_aggregates_several_violations_like_kubernetes(client: TestClient) -> None:
     pod = tpu_pod(chips="3")
-    pod["spec"]["containers"][0]["resources"]["limits"]["google.com/tpu"] = "5"
+    pod["spec"]["containers"][0]["resources"]["requests"]["google.com/tpu"] = "5"
     response = post(client, "/validate", review(pod, "Pod"))["response"]
     assert response["status"]["message"] == (
         f"[{CHIPS_MESSAGE}, spec.containers[0].resources.limits[google.com/tpu]: Invalid value: "
-        "5: must equal requests[google.com/tpu] (3); a Pod runs all chips of its host, set "
+        "3: must equal requests[google.com/tpu] (5); a Pod runs all chips of its host, set "
         "both to the same count]"
     )
     assert response["auditAnnotations"] == {

@@ -83,7 +83,7 @@ def test_check_of_a_broken_file_exits_1_with_the_code_and_the_message(
     assert out.splitlines() == [
         "Pod/train-0: denied",
         # the mutating step copied the limit into requests, which is what validation then reads
-        "  error [tpu.chips-per-host] spec.containers[0].resources.requests[google.com/tpu]: "
+        "  error [tpu.chips-per-host] spec.containers[0].resources.limits[google.com/tpu]: "
         "Invalid "
         "value: 3: tpu-v5-lite-podslice 2x4 runs 4 or 8 chips per host; set requests and limits "
         "to 4 or 8",
@@ -103,7 +103,7 @@ def test_check_outputs_json_with_the_verdict_and_the_patch(
     assert [set(v) for v in broken["violations"]] == [{"code", "field", "message"}]
     assert broken["violations"][0]["code"] == "tpu.chips-per-host"
     assert broken["violations"][0]["field"] == (
-        "spec.containers[0].resources.requests[google.com/tpu]"
+        "spec.containers[0].resources.limits[google.com/tpu]"
     )
     assert (good["allowed"], good["violations"], good["warnings"]) == (True, [], [])
     assert [op["op"] for op in good["patch"]] == ["add", "add"]

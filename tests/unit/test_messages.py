@@ -153,7 +153,7 @@ def test_multiple_tpu_containers_names_the_first_container() -> None:
     second = {**obj["spec"]["containers"][0], "name": "side"}
     obj["spec"]["containers"].append(copy.deepcopy(second))
     assert messages(obj, "tpu.multiple-tpu-containers") == [
-        "spec.containers[1].resources.requests[google.com/tpu]: Forbidden: only one container may "
+        "spec.containers[1].resources.limits[google.com/tpu]: Forbidden: only one container may "
         "request google.com/tpu on tpu-v5-lite-podslice (spec.containers[0] requests 4); move the "
         "chips to one container"
     ]
@@ -248,7 +248,7 @@ def test_hostname_too_long_gives_the_longest_name_that_fits() -> None:
 def test_quantity_invalid_on_chips_asks_for_a_whole_number() -> None:
     obj = pod("tpu-v5-lite-podslice", "2x2", **chips("four"))
     assert messages(obj, "tpu.quantity-invalid") == [
-        'spec.containers[0].resources.requests[google.com/tpu]: Invalid value: "four": '
+        'spec.containers[0].resources.limits[google.com/tpu]: Invalid value: "four": '
         "google.com/tpu is a whole number of chips, such as 4"
     ]
 

@@ -161,9 +161,9 @@ BROKEN: dict[str, tuple[Callable[[], dict[str, Any]], Callable[[dict[str, Any]],
         _set((*JOB_SPEC, "nodeSelector", ACCELERATOR), "tpu-v4-podslise"),
         "tpu.accelerator-unknown",
     ),
-    "v4 job with 8 chips limited": (
+    "v4 job with 8 chips requested but 4 limited": (
         v4_job,
-        _set((*JOB_MAIN, "resources", "limits", "google.com/tpu"), 8),
+        _set((*JOB_MAIN, "resources", "requests", "google.com/tpu"), 8),
         "tpu.requests-limits-differ",
     ),
     "v4 job with TPU_WORKER_ID 7": (

@@ -45,10 +45,12 @@ def parse_review(body: bytes) -> tuple[str, Request]:
         review = _decoder.decode(body)
     except msgspec.DecodeError as error:
         raise ReviewError(_short(error)) from None
+    except RecursionError:
+        raise ReviewError("invalid AdmissionReview: nested too deeply") from None
     if review.kind != "AdmissionReview" or review.api_version not in API_VERSIONS:
         raise ReviewError(
             f"expected kind AdmissionReview, apiVersion one of {', '.join(API_VERSIONS)}; "
-            f"got kind {review.kind!r}, apiVersion {review.api_version!r}"
+            f"got kind {review.kind[:64]!r}, apiVersion {review.api_version[:64]!r}"
         )
     if review.request is None:
         raise ReviewError("AdmissionReview has no request")

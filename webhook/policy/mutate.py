@@ -20,7 +20,7 @@ from webhook.catalog.tpu import (
     SliceShape,
 )
 from webhook.policy.paths import FieldPath
-from webhook.policy.podspec import Container, TpuSpec, containers
+from webhook.policy.podspec import Container, TpuSpec, containers, quantity
 from webhook.policy.slice_rules import owned_by_slice_controller
 from webhook.policy.violations import ErrorType, Violation
 from webhook.policy.workloads import Workload, dig
@@ -38,12 +38,12 @@ def copy_missing_limits(tpu: TpuSpec, resources: Iterable[str]) -> list[PatchOp]
         ops += _add_entries(
             container,
             "limits",
-            {n: requests[n] for n in names if n in requests and n not in limits},
+            {n: requests[n] for n in names if n not in limits and _copyable(requests.get(n))},
         )
         ops += _add_entries(
             container,
             "requests",
-            {n: limits[n] for n in names if n in limits and n not in requests},
+            {n: limits[n] for n in names if n not in requests and _copyable(limits.get(n))},
         )
     return ops
 
@@ -51,6 +51,7 @@ def copy_missing_limits(tpu: TpuSpec, resources: Iterable[str]) -> list[PatchOp]
 def add_missing_ports(tpu: TpuSpec, ports: Iterable[Port]) -> list[PatchOp]:
     """The catalog's TPU ports on each TPU container, unless a port with that number is there."""
     taken = _scalars(p.get("name") for c in _all_containers(tpu) for p in _ports(c))
+    counters: dict[str, int] = {}
     ops: list[PatchOp] = []
     for container in tpu.tpu_containers():
         if container.init:
@@ -60,7 +61,7 @@ def add_missing_ports(tpu: TpuSpec, ports: Iterable[Port]) -> list[PatchOp]:
         for port in ports:
             if port.container_port in numbers:
                 continue
-            name = _unique(port.name, taken)
+            name = _unique(port.name, taken, counters)
             taken.add(name)
             missing.append({"name": name, "containerPort": port.container_port, "protocol": "TCP"})
         ops += _append(container.path.child("ports"), container.body.get("ports"), missing)
@@ -126,13 +127,19 @@ def _pod_worker_env(
     job = None
     if isinstance(labels, Mapping):
         job = labels.get(JOB_NAME_LABEL) or labels.get(LEGACY_JOB_NAME_LABEL)
-    if not isinstance(index, str) or not index.isdigit() or not isinstance(job, str) or not job:
+    if (
+        not isinstance(index, str)
+        or not _small_number(index)
+        or not isinstance(job, str)
+        or not job
+    ):
         return [], [], []
+    if int(index) >= shape.hosts:
+        return [], [], []  # a Pod beyond the slice: nothing consistent to give it
     service, ops, warnings = _subdomain(tpu, job, shape)
-    env = [
-        {"name": TPU_WORKER_ID, "value": index},
-        {"name": TPU_WORKER_HOSTNAMES, "value": hostnames(job, str(service), shape.hosts)},
-    ]
+    env: list[EnvVar] = [{"name": TPU_WORKER_ID, "value": index}]
+    if isinstance(service, str) and service:
+        env.append({"name": TPU_WORKER_HOSTNAMES, "value": hostnames(job, service, shape.hosts)})
     return env, ops, warnings
 
 
@@ -140,7 +147,7 @@ def _subdomain(
     tpu: TpuSpec, name: str, shape: SliceShape
 ) -> tuple[object, list[PatchOp], list[Violation]]:
     present = tpu.spec.get("subdomain")
-    if present:  # set by the user (a wrong type is the API server's to reject)
+    if present is not None:  # the user's, even empty or of a wrong type
         return present, [], []
     field = tpu.at.child("subdomain")
     warning = Violation(
@@ -192,12 +199,26 @@ def _all_containers(tpu: TpuSpec) -> list[Container]:
     return list(containers(tpu.spec, tpu.at))
 
 
-def _unique(name: str, taken: set[object]) -> str:
-    candidate, n = name, 2
+def _unique(name: str, taken: set[object], counters: dict[str, int]) -> str:
+    """`name`, else `name-2`, `name-3`...: each call resumes where the last one stopped."""
+    candidate, n = name, counters.get(name, 2)
     while candidate in taken:
         suffix = f"-{n}"
         candidate, n = name[: 15 - len(suffix)] + suffix, n + 1
+    counters[name] = n
     return candidate
+
+
+def _copyable(value: object) -> bool:
+    """A valid quantity as Kubernetes serialises it; an invalid one is reported, not copied."""
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        return False
+    amount = quantity(value)
+    return amount is not None and amount.is_finite()
+
+
+def _small_number(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= 9
 
 
 def _scalars(values: Iterable[object]) -> set[object]:

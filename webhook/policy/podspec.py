@@ -43,9 +43,10 @@ class Container:
 @dataclass(frozen=True, slots=True)
 class ChipRequest:
     container: Container
-    field: FieldPath  # requests[google.com/tpu] when set, else limits[google.com/tpu]
+    field: FieldPath  # limits[google.com/tpu] when set, else requests[google.com/tpu]
     value: object  # as written
     chips: int | None  # None: not a whole, non-negative number
+    agreed: bool = True  # False: requests and limits both set and different
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,12 +100,15 @@ def read_tpu_spec(spec: object, at: FieldPath) -> TpuSpec | None:
 def _chip_requests(spec: Mapping[str, Any], at: FieldPath) -> Iterator[ChipRequest]:
     for container in containers(spec, at):
         requests, limits = container.resources("requests"), container.resources("limits")
-        which = "requests" if TPU_RESOURCE in requests else "limits"
+        # limits first: the form Kubernetes accepts alone (requests default from it)
+        which = "limits" if TPU_RESOURCE in limits else "requests"
         source = requests if which == "requests" else limits
         if TPU_RESOURCE in source:
             value = source[TPU_RESOURCE]
             field = container.resource_path(which, TPU_RESOURCE)
-            yield ChipRequest(container, field, value, whole_number(value))
+            other = requests.get(TPU_RESOURCE, value) if which == "limits" else value
+            agreed = quantity(other) == quantity(value)
+            yield ChipRequest(container, field, value, whole_number(value), agreed)
 
 
 def whole_number(value: object) -> int | None:
@@ -139,6 +143,8 @@ def slice_shape(tpu: TpuSpec, catalog: Catalog) -> SliceShape | None:
     accelerator = known_accelerator(tpu, catalog)
     if accelerator is None or not isinstance(tpu.topology_value, str):
         return None
+    if not all(c.agreed for c in tpu.chips):
+        return None  # which count is meant is unknown: the mismatch is reported first
     options = catalog.shapes(accelerator, tpu.topology_value)
     chips = tpu.chips_per_pod()
     if chips is not None:

@@ -187,7 +187,7 @@ def literal_env(container: Container) -> list[tuple[FieldPath, str, object]]:
 
 def _in_range(value: object, hosts: int) -> bool:
     text = str(value)
-    return text.isdigit() and int(text) < hosts
+    return text.isascii() and text.isdigit() and len(text) <= 9 and int(text) < hosts
 
 
 def _default_note(default: int | None) -> str:

@@ -7,7 +7,14 @@ from decimal import Decimal
 
 from webhook.catalog.quantity import format_quantity
 from webhook.catalog.tpu import ACCELERATOR_LABEL, TOPOLOGY_LABEL, TPU_RESOURCE, Catalog, SliceShape
-from webhook.policy.podspec import TpuSpec, containers, known_accelerator, quantity, whole_number
+from webhook.policy.podspec import (
+    Container,
+    TpuSpec,
+    containers,
+    known_accelerator,
+    quantity,
+    whole_number,
+)
 from webhook.policy.violations import ErrorType, Violation
 
 
@@ -174,20 +181,23 @@ def check_node_capacity(tpu: TpuSpec, shape: SliceShape | None) -> list[Violatio
         ("cpu", machine.cpu, machine.cpu_text),
         ("memory", machine.memory, machine.memory_text),
     ):
+        # the request, or the limit Kubernetes will default it from
         asking = [
-            (c, c.resources("requests")[resource])
+            (c, which, c.resources(which)[resource])
             for c in containers(tpu.spec, tpu.at)
-            if not c.init and resource in c.resources("requests")
+            if not c.init
+            for which in [_request_or_limit(c, resource)]
+            if which is not None
         ]
-        total = sum((quantity(v) or Decimal(0) for _, v in asking), Decimal(0))
+        total = sum((quantity(v) or Decimal(0) for _, _, v in asking), Decimal(0))
         if total <= capacity:
             continue
         field = (
-            asking[0][0].resource_path("requests", resource)
+            asking[0][0].resource_path(asking[0][1], resource)
             if len(asking) == 1
             else tpu.at.child("containers")
         )
-        value = asking[0][1] if len(asking) == 1 else format_quantity(total)
+        value = asking[0][2] if len(asking) == 1 else format_quantity(total)
         unsure = " (an unconfirmed figure)" if resource in machine.unconfirmed else ""
         found.append(
             Violation(
@@ -224,3 +234,10 @@ def _as_number(value: object) -> object:
     """A whole quantity prints as a number (`3`, as users wrote it), anything else as sent."""
     number = whole_number(value)
     return value if number is None else number
+
+
+def _request_or_limit(container: Container, resource: str) -> str | None:
+    for which in ("requests", "limits"):
+        if resource in container.resources(which):
+            return which
+    return None

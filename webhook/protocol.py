@@ -1,0 +1,100 @@
+"""uvicorn's httptools protocol with the two guards an admission webhook needs and uvicorn lacks.
+
+- A deadline for each request to arrive completely (headers and body). uvicorn arms no timer
+  before the first request and none while headers or a body trickle in, so a slow client could
+  hold a connection forever. The API server sends a review in one go; a connection that has not
+  delivered a whole request within `request_timeout` seconds is dropped.
+- A drain on shutdown. uvicorn cuts idle keep-alive connections the moment SIGTERM arrives, and
+  a review already on its way on one of them is lost (the API server does not retry a POST
+  whose body it wrote). Here an idle connection stays open `drain_seconds` longer: a request
+  that arrives gets its answer with `Connection: close`, then the connection closes.
+
+And the event loop gives the TLS handshake the same deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import uvloop
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+
+class WebhookHttpProtocol(HttpToolsProtocol):
+    request_timeout: float = 10.0
+    drain_seconds: float = 2.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline: asyncio.TimerHandle | None = None
+        self._draining = False
+
+    @classmethod
+    def configured(cls, request_timeout: float, drain_seconds: float) -> type[WebhookHttpProtocol]:
+        attributes = {"request_timeout": request_timeout, "drain_seconds": drain_seconds}
+        return type("ConfiguredWebhookHttpProtocol", (cls,), attributes)
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        if self._deadline is None and self._idle():
+            self._arm()  # the first bytes of a new request on a kept-alive connection
+        super().data_received(data)
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        if self._draining and self.cycle is not None:
+            self.cycle.keep_alive = False
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        super().on_message_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def shutdown(self) -> None:
+        if not self._idle():
+            super().shutdown()  # answers the request in flight with Connection: close
+            return
+        self._draining = True
+        self.loop.call_later(self.drain_seconds, self._close_if_idle)
+
+    def _idle(self) -> bool:
+        return self.cycle is None or self.cycle.response_complete
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(self.request_timeout, self._too_slow)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _too_slow(self) -> None:
+        self._deadline = None
+        if not self.transport.is_closing():
+            self.transport.abort()
+
+    def _close_if_idle(self) -> None:
+        if self._idle() and not self.transport.is_closing():
+            self.transport.close()
+
+
+class WebhookLoop(uvloop.Loop):
+    """uvloop with a TLS handshake deadline (uvicorn passes none, and uvloop waits 60 s)."""
+
+    handshake_timeout: float = 10.0
+
+    async def create_server(  # type: ignore[override]
+        self, *args: Any, **kwargs: Any
+    ) -> asyncio.AbstractServer:
+        if kwargs.get("ssl") is not None:
+            kwargs.setdefault("ssl_handshake_timeout", self.handshake_timeout)
+        server: asyncio.AbstractServer = await super().create_server(*args, **kwargs)
+        return server
