@@ -44,7 +44,7 @@ chart-test: install tools
 	$(BIN)/pytest tests/chart
 
 audit: install  ## known vulnerabilities in the pinned dependencies
-	$(BIN)/pip-audit --progress-spinner off --skip-editable
+	$(BIN)/pip-audit --strict --progress-spinner off --skip-editable  # --strict: an unaudited package fails
 
 test: install lint typecheck tools  ## everything CI runs
 	$(BIN)/pytest

@@ -340,6 +340,19 @@ def test_pod_runs_non_root_with_a_read_only_root_filesystem(helm_env: dict[str, 
     assert sc["runAsNonRoot"] is True
 
 
+def test_termination_leaves_room_for_the_pre_stop_sleep_and_the_drain(
+    helm_env: dict[str, str],
+) -> None:
+    from webhook.settings import Settings
+
+    docs = render(helm_env)
+    pod = only(docs, "Deployment")["spec"]["template"]["spec"]
+    assert container(docs)["lifecycle"] == {"preStop": {"exec": {"command": ["sleep", "5"]}}}
+    server = Settings()
+    budget = 5 + server.graceful_shutdown_seconds + server.shutdown_drain_seconds
+    assert pod["terminationGracePeriodSeconds"] > budget
+
+
 def test_deployment_defaults_to_two_spread_replicas_with_a_pdb(helm_env: dict[str, str]) -> None:
     docs = render(helm_env)
     deployment = only(docs, "Deployment")
