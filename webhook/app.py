@@ -24,6 +24,7 @@ from webhook.catalog import load_catalog
 from webhook.catalog.tpu import TPU_RESOURCE
 from webhook.metrics import Metrics
 from webhook.policy.decide import Options, Verdict
+from webhook.reviewlog import ReviewLog
 from webhook.settings import Settings
 from webhook.tls import ServingTLS
 
@@ -57,6 +58,7 @@ class WebhookApp:
         self.policy = policy
         self.tls = tls
         self.metrics = Metrics()
+        self.review_log = ReviewLog(enabled=settings.log_level in ("debug", "info"))
         if tls is not None and tls.not_after is not None:
             self.metrics.cert_expiry.set(tls.not_after.timestamp())
         self.api = _management_api(self)
@@ -102,8 +104,8 @@ class WebhookApp:
         kind = request.kind.kind if request is not None else ""
         operation = request.operation if request is not None else ""
         self.metrics.observe(endpoint, kind, operation, outcome, verdict, mode, seconds)
-        if request is not None:
-            _log_review(request, endpoint, mode, verdict, outcome, seconds)
+        if request is not None and self.review_log.enabled:
+            self.review_log.write(_log_line(request, endpoint, mode, verdict, outcome, seconds))
 
 
 async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
@@ -147,49 +149,49 @@ def _error(message: str) -> bytes:
     return orjson.dumps({"error": message})
 
 
-def _log_review(
+def _log_line(
     request: Request,
     endpoint: str,
     mode: str,
     verdict: Verdict | None,
     outcome: str,
     seconds: float,
-) -> None:
-    if not log.isEnabledFor(logging.INFO):
-        return
+) -> dict[str, Any]:
+    """uid, kind, namespace/name, operation, verdict, rule codes, patch size, duration: never
+    the object itself."""
     obj = request.object if isinstance(request.object, dict) else {}
     raw_meta = obj.get("metadata")
     meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
-    name = request.name or (meta.get("name") or meta.get("generateName") or "")
-    log.info(
-        orjson.dumps(
-            {
-                "msg": "review",
-                "uid": request.uid,
-                "endpoint": endpoint,
-                "mode": mode,
-                "kind": request.kind.kind,
-                "namespace": request.namespace,
-                "name": name,
-                "operation": request.operation,
-                "outcome": outcome,
-                "allowed": outcome != "denied",
-                "rules": verdict.codes if verdict else [],
-                "patch_ops": len(verdict.patch) if verdict else 0,
-                "dry_run": bool(request.dry_run),
-                "duration_ms": round(seconds * 1000, 3),
-            }
-        ).decode()
-    )
+    name = request.name or meta.get("name") or meta.get("generateName") or ""
+    return {
+        "ts": round(time.time(), 3),
+        "msg": "review",
+        "uid": request.uid[:64],
+        "endpoint": endpoint,
+        "mode": mode,
+        "kind": request.kind.kind[:64],
+        "namespace": request.namespace[:64],
+        "name": name[:253] if isinstance(name, str) else "",
+        "operation": request.operation[:16],
+        "outcome": outcome,
+        "allowed": outcome != "denied",
+        "rules": verdict.codes if verdict else [],
+        "patch_ops": len(verdict.patch) if verdict else 0,
+        "dry_run": bool(request.dry_run),
+        "duration_ms": round(seconds * 1000, 3),
+    }
 
 
 def _management_api(app: WebhookApp) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        task = asyncio.create_task(_watch_certificates(app)) if app.tls else None
+        tasks = [asyncio.create_task(_flush_review_log(app.review_log))]
+        if app.tls:
+            tasks.append(asyncio.create_task(_watch_certificates(app)))
         yield
-        if task is not None:
+        for task in tasks:
             task.cancel()
+        app.review_log.flush()
 
     api = FastAPI(title="tpu-webhook", version=_version(), lifespan=lifespan)
 
@@ -212,6 +214,12 @@ def _management_api(app: WebhookApp) -> FastAPI:
         return Response(generate_latest(app.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return api
+
+
+async def _flush_review_log(review_log: ReviewLog, every: float = 0.25) -> None:
+    while True:
+        await asyncio.sleep(every)
+        review_log.flush()
 
 
 async def _watch_certificates(app: WebhookApp) -> None:

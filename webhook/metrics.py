@@ -52,6 +52,8 @@ class Metrics:
             "Unix time when the serving certificate expires (0 without TLS).",
             registry=r,
         )
+        self._requests: dict[tuple[str, str, str, str], Counter] = {}
+        self._latency: dict[str, Histogram] = {}
 
     def observe(
         self,
@@ -65,8 +67,15 @@ class Metrics:
     ) -> None:
         kind = kind if kind in KINDS else "other"  # labels never grow with what clients send
         operation = operation if operation in OPERATIONS else "other"
-        self.requests.labels(endpoint, kind, operation, outcome).inc()
-        self.latency.labels(endpoint).observe(seconds)
+        key = (endpoint, kind, operation, outcome)
+        counter = self._requests.get(key)
+        if counter is None:  # labels() takes a lock and builds a key: once per label set
+            counter = self._requests[key] = self.requests.labels(*key)
+        counter.inc()
+        histogram = self._latency.get(endpoint)
+        if histogram is None:
+            histogram = self._latency[endpoint] = self.latency.labels(endpoint)
+        histogram.observe(seconds)
         if verdict is None:
             return
         denials, warnings = verdict.denials, verdict.warnings

@@ -30,7 +30,7 @@ def review_request(request: Request, endpoint: str, policy: Policy) -> Verdict:
     obj = request.object
     if (
         workload is None
-        or not isinstance(obj, Mapping)
+        or not isinstance(obj, dict)
         or request.operation not in ("CREATE", "UPDATE")
     ):
         return ALLOW
@@ -39,6 +39,6 @@ def review_request(request: Request, endpoint: str, policy: Policy) -> Verdict:
             return ALLOW  # pod templates of Jobs and Pods' specs are immutable after create
         return decide.mutate(obj, workload, policy.catalog, policy.options)
     old: Mapping[str, Any] | None = None
-    if request.operation == "UPDATE" and isinstance(request.old_object, Mapping):
+    if request.operation == "UPDATE" and isinstance(request.old_object, dict):
         old = request.old_object
     return decide.validate(obj, workload, policy.catalog, old)

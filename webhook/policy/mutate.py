@@ -76,7 +76,7 @@ def add_missing_env(tpu: TpuSpec, env: list[EnvVar]) -> list[PatchOp]:
             continue
         present = container.body.get("env")
         items = present if isinstance(present, list) else []
-        names = _scalars(e.get("name") for e in items if isinstance(e, Mapping))
+        names = _scalars(e.get("name") for e in items if isinstance(e, dict))
         ops += _append(
             container.path.child("env"), present, [e for e in env if e["name"] not in names]
         )
@@ -123,9 +123,9 @@ def _pod_worker_env(
     labels = dig(obj, ("metadata", "labels"))
     if workload.kind != "Pod" or not owned_by_slice_controller(obj):
         return [], [], []
-    index = annotations.get(JOB_COMPLETION_INDEX) if isinstance(annotations, Mapping) else None
+    index = annotations.get(JOB_COMPLETION_INDEX) if isinstance(annotations, dict) else None
     job = None
-    if isinstance(labels, Mapping):
+    if isinstance(labels, dict):
         job = labels.get(JOB_NAME_LABEL) or labels.get(LEGACY_JOB_NAME_LABEL)
     if (
         not isinstance(index, str)
@@ -170,11 +170,11 @@ def _add_entries(container: Container, which: str, entries: dict[str, Any]) -> l
     if resources is None:
         path = container.path.child("resources").pointer()
         return [{"op": "add", "path": path, "value": {which: entries}}]
-    section = resources.get(which) if isinstance(resources, Mapping) else False
+    section = resources.get(which) if isinstance(resources, dict) else False
     if section is None:
         path = container.path.child("resources", which).pointer()
         return [{"op": "add", "path": path, "value": entries}]
-    if not isinstance(section, Mapping):
+    if not isinstance(section, dict):
         return []  # a value of the wrong type is the user's: reported, never replaced
     return [
         {"op": "add", "path": container.resource_path(which, name).pointer(), "value": value}
@@ -192,7 +192,7 @@ def _append(at: FieldPath, present: object, items: list[Any]) -> list[PatchOp]:
 
 def _ports(container: Container) -> list[Mapping[str, Any]]:
     ports = container.body.get("ports")
-    return [p for p in ports if isinstance(p, Mapping)] if isinstance(ports, list) else []
+    return [p for p in ports if isinstance(p, dict)] if isinstance(ports, list) else []
 
 
 def _all_containers(tpu: TpuSpec) -> list[Container]:

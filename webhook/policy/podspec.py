@@ -33,8 +33,8 @@ class Container:
 
     def resources(self, which: str) -> Mapping[str, Any]:
         resources = self.body.get("resources")
-        found = resources.get(which) if isinstance(resources, Mapping) else None
-        return found if isinstance(found, Mapping) else {}
+        found = resources.get(which) if isinstance(resources, dict) else None
+        return found if isinstance(found, dict) else {}
 
     def resource_path(self, which: str, name: str) -> FieldPath:
         return self.path.child("resources", which).key(name)
@@ -79,22 +79,39 @@ def containers(spec: Mapping[str, Any], at: FieldPath) -> Iterator[Container]:
         if not isinstance(items, list):
             continue
         for position, body in enumerate(items):
-            if isinstance(body, Mapping):
+            if isinstance(body, dict):
                 path = at.child(list_name).index(position)
                 yield Container(path, body, init=list_name == "initContainers")
 
 
 def read_tpu_spec(spec: object, at: FieldPath) -> TpuSpec | None:
     """The TPU view of a pod spec; None when it is not a TPU workload (the fast path)."""
-    if not isinstance(spec, Mapping):
+    if not isinstance(spec, dict):
         return None
     selector = spec.get("nodeSelector")
-    if not isinstance(selector, Mapping):
+    if not isinstance(selector, dict):
         selector = {}
+    if (
+        ACCELERATOR_LABEL not in selector
+        and TOPOLOGY_LABEL not in selector
+        and not _asks_chips(spec)
+    ):
+        return None  # before any field path is built: most Pods of a cluster end here
     chips = tuple(_chip_requests(spec, at))
-    if not chips and ACCELERATOR_LABEL not in selector and TOPOLOGY_LABEL not in selector:
-        return None
     return TpuSpec(at, spec, selector.get(ACCELERATOR_LABEL), selector.get(TOPOLOGY_LABEL), chips)
+
+
+def _asks_chips(spec: Mapping[str, Any]) -> bool:
+    for list_name in CONTAINER_LISTS:
+        items = spec.get(list_name)
+        for body in items if isinstance(items, list) else ():
+            resources = body.get("resources") if isinstance(body, dict) else None
+            if isinstance(resources, dict) and any(
+                isinstance(r, dict) and TPU_RESOURCE in r
+                for r in (resources.get("requests"), resources.get("limits"))
+            ):
+                return True
+    return False
 
 
 def _chip_requests(spec: Mapping[str, Any], at: FieldPath) -> Iterator[ChipRequest]:

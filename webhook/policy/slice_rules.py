@@ -167,7 +167,7 @@ def owned_by_slice_controller(obj: Mapping[str, Any]) -> bool:
     if not isinstance(owners, list):
         return False
     return any(
-        isinstance(o, Mapping)
+        isinstance(o, dict)
         and (str(o.get("apiVersion", "")).partition("/")[0], o.get("kind")) in SLICE_OWNERS
         for o in owners
     )
@@ -181,7 +181,7 @@ def literal_env(container: Container) -> list[tuple[FieldPath, str, object]]:
     return [
         (container.path.child("env").index(i).child("value"), item["name"], item["value"])
         for i, item in enumerate(env)
-        if isinstance(item, Mapping) and isinstance(item.get("name"), str) and "value" in item
+        if isinstance(item, dict) and isinstance(item.get("name"), str) and "value" in item
     ]
 
 

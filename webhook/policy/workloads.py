@@ -93,7 +93,7 @@ def workload_for(group: str, kind: str) -> Workload | None:
 def dig(obj: Any, path: Path) -> Any:
     """obj[path[0]][path[1]]... or None where a step is missing or not a mapping."""
     for name in path:
-        if not isinstance(obj, Mapping):
+        if not isinstance(obj, dict):
             return None
         obj = obj.get(name)
     return obj
