@@ -27,7 +27,7 @@ class WebhookHttpProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._deadline: asyncio.TimerHandle | None = None
+        self._started: float | None = None  # loop time the request being received began
         self._draining = False
 
     @classmethod
@@ -37,11 +37,15 @@ class WebhookHttpProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm()
+        self._started = self.loop.time()
+        state = vars(self.server_state)
+        if not state.get("deadline_sweeper"):
+            state["deadline_sweeper"] = True  # one sweeper per server
+            self.loop.call_later(1.0, self._sweep)
 
     def data_received(self, data: bytes) -> None:
-        if self._deadline is None and self._idle():
-            self._arm()  # the first bytes of a new request on a kept-alive connection
+        if self._started is None and self._idle():
+            self._started = self.loop.time()  # a new request on a kept-alive connection
         super().data_received(data)
 
     def on_headers_complete(self) -> None:
@@ -50,12 +54,8 @@ class WebhookHttpProtocol(HttpToolsProtocol):
             self.cycle.keep_alive = False
 
     def on_message_complete(self) -> None:
-        self._disarm()
+        self._started = None
         super().on_message_complete()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        super().connection_lost(exc)
 
     def shutdown(self) -> None:
         if not self._idle():
@@ -67,19 +67,18 @@ class WebhookHttpProtocol(HttpToolsProtocol):
     def _idle(self) -> bool:
         return self.cycle is None or self.cycle.response_complete
 
-    def _arm(self) -> None:
-        self._disarm()
-        self._deadline = self.loop.call_later(self.request_timeout, self._too_slow)
-
-    def _disarm(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
-
-    def _too_slow(self) -> None:
-        self._deadline = None
-        if not self.transport.is_closing():
-            self.transport.abort()
+    def _sweep(self) -> None:
+        """Once a second, for every connection: a timestamp check per connection, no timer per
+        request (a timer armed and cancelled per request costs more than the check)."""
+        deadline = self.loop.time() - self.request_timeout
+        for connection in list(self.connections):
+            started = getattr(connection, "_started", None)
+            if started is not None and started < deadline and not connection.transport.is_closing():
+                connection.transport.abort()
+        if self.connections:
+            self.loop.call_later(1.0, self._sweep)
+        else:
+            vars(self.server_state)["deadline_sweeper"] = False
 
     def _close_if_idle(self) -> None:
         if self._idle() and not self.transport.is_closing():

@@ -1,0 +1,1 @@
+"""The benchmark of `tpu-webhook serve` against a bare ASGI ceiling: `python -m bench`."""

@@ -1,0 +1,102 @@
+"""`python -m bench [--quick | --full]`: our webhook against the ceiling; see bench/README.md."""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+import orjson
+
+from bench.corpus import CORPUS_DIR, load_corpus
+from bench.inprocess import Cost, measure
+from bench.procs import Server, stop_all
+from bench.report import command_line, markdown, revision_now
+from bench.run import LOAD_CORE, PROFILES, SERVER_CORE, ServerResult, bench_servers
+from bench.wrk import ensure_wrk
+from tests.support.webhook_process import make_certs
+
+SERVERS = ("webhook", "ceiling")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if len(os.sched_getaffinity(0) | {SERVER_CORE, LOAD_CORE}) > (os.cpu_count() or 1):
+        raise SystemExit("the benchmark needs two cores: the server on 0, the load on 1")
+    profile = PROFILES["quick" if args.quick else "full" if args.full else "default"]
+    reviews = [r for r in load_corpus() if not args.review or r.name in args.review]
+    files = {r.name: CORPUS_DIR / r.filename for r in reviews}
+    ensure_wrk()
+    os.sched_setaffinity(0, {LOAD_CORE})  # this process drives the open-loop client
+    atexit.register(stop_all)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, lambda n, _: sys.exit(128 + n))
+    revision = revision_now()  # what the servers will load
+    work = Path(tempfile.mkdtemp(prefix="tpu-webhook-bench-"))
+    results: dict[str, ServerResult] = {}
+    costs: list[Cost] = []
+    try:
+        make_certs(work)
+        print(f"# {', '.join(args.servers)}: {profile.name} profile", flush=True)
+        servers = [_server(name, work) for name in args.servers]
+        results = bench_servers(servers, reviews, profile, files)
+        if not args.no_inprocess:
+            os.sched_setaffinity(0, {SERVER_CORE})
+            costs = measure(reviews, profile.budget)
+            os.sched_setaffinity(0, {LOAD_CORE})
+    finally:
+        stop_all()
+        if args.keep:
+            print(f"# kept {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    report = markdown(command_line(), results, costs, profile.name, revision)
+    print(report)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "report.md").write_text(report)
+        raw = {"profile": profile.name, "results": results, "costs": costs}
+        (args.out / "results.json").write_bytes(orjson.dumps(raw, option=orjson.OPT_INDENT_2))
+    return 0
+
+
+def _server(name: str, work: Path) -> Server:
+    cert, key = str(work / "tls.crt"), str(work / "tls.key")
+    if name == "webhook":
+        args = ["webhook", "serve", "--port", "{port}", "--tls-cert-file", cert]
+        return Server(name, [*args, "--tls-key-file", key], work)
+    return Server(name, ["bench.ceiling", "--port", "{port}", "--cert", cert, "--key", key], work)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="tpu-webhook serve against a bare ASGI ceiling, over real TLS on 127.0.0.1.",
+    )
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="about a minute: 2 s runs")
+    size.add_argument("--full", action="store_true", help="more rates and a 5-minute soak")
+    parser.add_argument(
+        "--servers",
+        type=lambda s: [x for x in s.split(",") if x in SERVERS],
+        default=list(SERVERS),
+        help="comma-separated: webhook,ceiling (default both, one after the other)",
+    )
+    parser.add_argument("--review", action="append", help="only this corpus review (repeatable)")
+    parser.add_argument("--out", type=Path, help="also write report.md and results.json here")
+    parser.add_argument("--keep", action="store_true", help="keep the certificates and logs")
+    parser.add_argument("--no-inprocess", action="store_true", help="skip the in-process timing")
+    return parser
+
+
+if __name__ == "__main__":
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:  # the servers and wrk were stopped on the way out
+        print("interrupted; every process the benchmark started is stopped", file=sys.stderr)
+        raise SystemExit(130) from None

@@ -1,0 +1,106 @@
+"""The ceiling: the least an admission webhook can do per review in Python on this stack.
+
+A bare ASGI callable that reads the body, decodes the whole review with msgspec (the object as
+plain dicts, as ours does), and answers a fixed one-operation patch with a Content-Length (without
+one uvicorn sends the body chunked: an extra write per response). It runs under the uvicorn
+settings of `tpu-webhook serve` (webhook/server.py): uvloop, httptools, access log off, no server
+header, the same keep-alive, and the webhook's own TLS context (webhook.tls.ServingTLS).
+
+    python -m bench.ceiling --port 9443 --cert tls.crt --key tls.key
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import signal
+from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import uvicorn
+
+from webhook.settings import Settings
+from webhook.tls import ServingTLS
+
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+_PATCH = [{"op": "add", "path": "/metadata/labels/bench", "value": "ceiling"}]
+PATCH = base64.b64encode(msgspec.json.encode(_PATCH)).decode()
+_HEADERS = [(b"content-type", b"application/json")]
+_READY = b'{"status":"ok"}'
+
+
+class _Request(msgspec.Struct):
+    uid: str
+    object: Any = None
+
+
+class _Review(msgspec.Struct):
+    request: _Request
+
+
+_decode = msgspec.json.Decoder(_Review).decode
+_encode = msgspec.json.Encoder().encode
+
+
+def answer(body: bytes) -> bytes:
+    """The ceiling's whole decision: decode the review, echo its uid with a fixed patch."""
+    review = _decode(body)
+    response = {"uid": review.request.uid, "allowed": True, "patchType": "JSONPatch"}
+    response["patch"] = PATCH
+    return _encode(
+        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+    )
+
+
+async def app(scope: Message, receive: Receive, send: Send) -> None:
+    if scope["type"] != "http":
+        return
+    if scope["path"] == "/readyz":
+        data = _READY
+    else:
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        data = answer(b"".join(chunks))
+    headers = [*_HEADERS, (b"content-length", str(len(data)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.ceiling")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--cert", type=Path, required=True)
+    parser.add_argument("--key", type=Path, required=True)
+    args = parser.parse_args()
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=args.port,
+        loop="uvloop",
+        http="httptools",
+        lifespan="off",
+        access_log=False,
+        log_config=None,
+        server_header=False,
+        timeout_keep_alive=Settings().keep_alive_seconds,
+        ssl_certfile=str(args.cert),
+        ssl_keyfile=str(args.key),
+    )
+    config.load()
+    config.ssl = ServingTLS(args.cert, args.key).context
+    for signum in (signal.SIGTERM, signal.SIGINT):  # as `tpu-webhook serve`: exit 0 after shutdown
+        signal.signal(signum, lambda *_: None)
+    uvicorn.Server(config).run()
+
+
+if __name__ == "__main__":
+    main()
