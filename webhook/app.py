@@ -19,11 +19,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from webhook.admission.dispatch import Policy, review_request
 from webhook.admission.responses import build_response
-from webhook.admission.review import Request, ReviewError, parse_review
+from webhook.admission.review import Request, ReviewError, parse_review_fast
 from webhook.catalog import load_catalog
 from webhook.catalog.tpu import TPU_RESOURCE
 from webhook.metrics import Metrics
-from webhook.policy.decide import Options, Verdict
+from webhook.policy.decide import ALLOW, Options, Verdict
 from webhook.reviewlog import ReviewLog
 from webhook.settings import Settings
 from webhook.tls import ServingTLS
@@ -85,8 +85,8 @@ class WebhookApp:
         verdict: Verdict | None = None
         try:
             body = await _read_body(scope, receive, self.settings.max_body_bytes)
-            api_version, request = parse_review(body)
-            verdict = review_request(request, endpoint, self.policy)
+            api_version, request, may_be_tpu = parse_review_fast(body)
+            verdict = review_request(request, endpoint, self.policy) if may_be_tpu else ALLOW
             payload = build_response(api_version, request.uid, verdict, mode)
             status, data, outcome = 200, orjson.dumps(payload), _outcome(verdict, mode)
         except HTTPProblem as problem:
@@ -133,7 +133,8 @@ async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
 
 
 async def _respond(send: Send, status: int, data: bytes) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": _JSON})
+    headers = [*_JSON, (b"content-length", b"%d" % len(data))]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": data})
 
 

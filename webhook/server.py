@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime as dt
+import gc
 import ipaddress
 import logging
 import os
@@ -118,6 +119,8 @@ def _run_worker(
 ) -> int:
     tls = ServingTLS(cert, key, settings.client_ca_file)
     config.app = create_app(settings, tls)
+    gc.collect()
+    gc.freeze()  # the catalog and its tables never die: keep them out of every collection
     config.load()
     config.ssl = tls.context  # our context: TLS 1.2+, modern ciphers, reloaded in place
     server = uvicorn.Server(config)
