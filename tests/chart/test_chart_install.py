@@ -92,7 +92,11 @@ def test_installed_chart_patches_a_tpu_job(
     )
     reviews = [
         json.loads(line)
-        for line in installed.logs().splitlines()
+        for line in installed.wait_for_log(
+            '"endpoint":"validate","mode":"enforce","kind":"Job",'
+            '"namespace":"chart-workloads","name":"via-chart",'
+            '"operation":"CREATE","outcome":"warned"'
+        ).splitlines()
         if '"msg":"review"' in line and '"name":"via-chart"' in line
     ]
     assert {(r["endpoint"], r["outcome"]) for r in reviews} >= {
@@ -113,4 +117,4 @@ def test_installed_chart_refuses_a_broken_tpu_job(
         "denied the request: spec.parallelism: Invalid value: 2: 2x2x4 = 16 chips at 4 per "
         "host needs 4 hosts; set spec.parallelism and spec.completions to 4" in result.stderr
     )
-    assert '"name":"broken-via-chart"' in installed.logs()
+    assert '"name":"broken-via-chart"' in installed.wait_for_log('"name":"broken-via-chart"')

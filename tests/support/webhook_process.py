@@ -101,6 +101,13 @@ class WebhookProcess:
             time.sleep(0.1)
         raise RuntimeError(f"webhook not ready after {timeout}s:\n{self.logs()}")
 
+    def wait_for_log(self, text: str, timeout: float = 5.0) -> str:
+        """The log once it contains `text` (review lines are written in batches, 0.25 s apart)."""
+        deadline = time.monotonic() + timeout
+        while text not in self.logs() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.logs()
+
     def logs(self) -> str:
         return self.log.read_text(errors="replace") if self.log and self.log.exists() else ""
 
