@@ -19,6 +19,7 @@ from webhook.catalog.quantity import (
     format_quantity,
     parse_quantity,
 )
+from webhook.policy import podspec
 
 
 def oracle(value: object) -> Decimal:
@@ -155,3 +156,31 @@ def test_parses_every_generated_quantity_like_the_kubernetes_client(text: str) -
 )
 def test_formats_amounts_for_messages_without_exponents(amount: Decimal, shown: str) -> None:
     assert format_quantity(amount) == shown
+
+
+# The policy reads quantities through podspec.quantity, which remembers short strings.
+
+
+@given(
+    st.from_regex(r"[+-]?[0-9]{1,4}(\.[0-9]{0,3})?([KMGTPE]i|[numkMGTPE]|e[0-9])?", fullmatch=True)
+)
+def test_remembered_quantity_is_the_parsed_one(text: str) -> None:
+    first, again = podspec.quantity(text), podspec.quantity(text)
+    assert first == again == parse_quantity(text)
+
+
+def test_remembered_quantities_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(podspec, "_memo", {})
+    for n in range(podspec.MEMO_SIZE + 10):
+        podspec.quantity(f"{n}Mi")
+    assert len(podspec._memo) <= podspec.MEMO_SIZE
+    long = "0" * podspec.MEMO_LENGTH + "4"
+    assert podspec.quantity(long) == Decimal(4)
+    assert long not in podspec._memo
+
+
+def test_quantities_that_are_not_strings_are_parsed_as_such() -> None:
+    assert podspec.quantity(4) == Decimal(4)
+    assert podspec.quantity(True) is None
+    assert podspec.quantity("four") is None
+    assert podspec.quantity("1e40") == Decimal("Infinity")

@@ -15,7 +15,6 @@ from webhook.policy.mutate import (
     copy_missing_limits,
     worker_env,
 )
-from webhook.policy.paths import FieldPath
 from webhook.policy.podspec import TpuSpec, read_tpu_spec, slice_shape
 from webhook.policy.violations import Violation
 from webhook.policy.workloads import Workload
@@ -35,6 +34,8 @@ class Verdict:
 
     @property
     def codes(self) -> list[str]:
+        if not self.denials and not self.warnings:
+            return []
         return sorted({v.code for v in (*self.denials, *self.warnings)})
 
 
@@ -43,7 +44,7 @@ ALLOW = Verdict()
 
 def tpu_view(obj: Mapping[str, Any], workload: Workload) -> TpuSpec | None:
     """The TPU view of the object's pod spec; None for anything that is not a TPU workload."""
-    return read_tpu_spec(workload.spec_of(obj), FieldPath.root(*workload.pod_spec))
+    return read_tpu_spec(workload.spec_of(obj), workload.spec_path, workload.spec_pointer)
 
 
 def mutate(

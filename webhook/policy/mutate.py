@@ -19,8 +19,7 @@ from webhook.catalog.tpu import (
     Port,
     SliceShape,
 )
-from webhook.policy.paths import FieldPath
-from webhook.policy.podspec import Container, TpuSpec, containers, quantity
+from webhook.policy.podspec import Container, TpuSpec, quantity
 from webhook.policy.slice_rules import owned_by_slice_controller
 from webhook.policy.violations import ErrorType, Violation
 from webhook.policy.workloads import Workload, dig
@@ -33,7 +32,7 @@ def copy_missing_limits(tpu: TpuSpec, resources: Iterable[str]) -> list[PatchOp]
     """requests -> limits (and limits -> requests) for the TPU containers, where one is missing."""
     names = tuple(resources)
     ops: list[PatchOp] = []
-    for container in tpu.tpu_containers():
+    for container in tpu.tpu_containers:
         requests, limits = container.resources("requests"), container.resources("limits")
         ops += _add_entries(
             container,
@@ -50,10 +49,10 @@ def copy_missing_limits(tpu: TpuSpec, resources: Iterable[str]) -> list[PatchOp]
 
 def add_missing_ports(tpu: TpuSpec, ports: Iterable[Port]) -> list[PatchOp]:
     """The catalog's TPU ports on each TPU container, unless a port with that number is there."""
-    taken = _scalars(p.get("name") for c in _all_containers(tpu) for p in _ports(c))
+    taken = _scalars(p.get("name") for c in tpu.containers for p in _ports(c))
     counters: dict[str, int] = {}
     ops: list[PatchOp] = []
-    for container in tpu.tpu_containers():
+    for container in tpu.tpu_containers:
         if container.init:
             continue
         numbers = _scalars(p.get("containerPort") for p in _ports(container))
@@ -64,21 +63,21 @@ def add_missing_ports(tpu: TpuSpec, ports: Iterable[Port]) -> list[PatchOp]:
             name = _unique(port.name, taken, counters)
             taken.add(name)
             missing.append({"name": name, "containerPort": port.container_port, "protocol": "TCP"})
-        ops += _append(container.path.child("ports"), container.body.get("ports"), missing)
+        ops += _append(container.pointer("ports"), container.body.get("ports"), missing)
     return ops
 
 
 def add_missing_env(tpu: TpuSpec, env: list[EnvVar]) -> list[PatchOp]:
     """`env` entries on each TPU app container whose names are not set there yet."""
     ops: list[PatchOp] = []
-    for container in tpu.tpu_containers():
+    for container in tpu.tpu_containers:
         if container.init:
             continue
         present = container.body.get("env")
         items = present if isinstance(present, list) else []
         names = _scalars(e.get("name") for e in items if isinstance(e, dict))
         ops += _append(
-            container.path.child("env"), present, [e for e in env if e["name"] not in names]
+            container.pointer("env"), present, [e for e in env if e["name"] not in names]
         )
     return ops
 
@@ -160,7 +159,7 @@ def _subdomain(
         name,
         advisory=True,
     )
-    return name, [{"op": "add", "path": field.pointer(), "value": name}], [warning]
+    return name, [{"op": "add", "path": tpu.pointer + "/subdomain", "value": name}], [warning]
 
 
 def _add_entries(container: Container, which: str, entries: dict[str, Any]) -> list[PatchOp]:
@@ -168,35 +167,31 @@ def _add_entries(container: Container, which: str, entries: dict[str, Any]) -> l
         return []
     resources = container.body.get("resources")
     if resources is None:
-        path = container.path.child("resources").pointer()
+        path = container.pointer("resources")
         return [{"op": "add", "path": path, "value": {which: entries}}]
     section = resources.get(which) if isinstance(resources, dict) else False
     if section is None:
-        path = container.path.child("resources", which).pointer()
+        path = container.pointer("resources", which)
         return [{"op": "add", "path": path, "value": entries}]
     if not isinstance(section, dict):
         return []  # a value of the wrong type is the user's: reported, never replaced
     return [
-        {"op": "add", "path": container.resource_path(which, name).pointer(), "value": value}
+        {"op": "add", "path": container.pointer("resources", which, name), "value": value}
         for name, value in entries.items()
     ]
 
 
-def _append(at: FieldPath, present: object, items: list[Any]) -> list[PatchOp]:
+def _append(pointer: str, present: object, items: list[Any]) -> list[PatchOp]:
     if not items or (present is not None and not isinstance(present, list)):
         return []  # a value of the wrong type is the user's: reported, never replaced
     if present is None:
-        return [{"op": "add", "path": at.pointer(), "value": items}]
-    return [{"op": "add", "path": at.pointer() + "/-", "value": item} for item in items]
+        return [{"op": "add", "path": pointer, "value": items}]
+    return [{"op": "add", "path": pointer + "/-", "value": item} for item in items]
 
 
 def _ports(container: Container) -> list[Mapping[str, Any]]:
     ports = container.body.get("ports")
     return [p for p in ports if isinstance(p, dict)] if isinstance(ports, list) else []
-
-
-def _all_containers(tpu: TpuSpec) -> list[Container]:
-    return list(containers(tpu.spec, tpu.at))
 
 
 def _unique(name: str, taken: set[object], counters: dict[str, int]) -> str:

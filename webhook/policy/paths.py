@@ -19,7 +19,7 @@ class FieldPath:
         return cls(tuple(("field", name) for name in names))
 
     def child(self, *names: str) -> FieldPath:
-        return FieldPath(self.parts + tuple(("field", name) for name in names))
+        return FieldPath((*self.parts, *(("field", name) for name in names)))
 
     def index(self, position: int) -> FieldPath:
         return FieldPath((*self.parts, ("index", position)))
@@ -37,6 +37,9 @@ class FieldPath:
         return text
 
     def pointer(self) -> str:
-        return "".join(
-            "/" + str(value).replace("~", "~0").replace("/", "~1") for _, value in self.parts
-        )
+        return "".join("/" + escape_pointer(str(value)) for _, value in self.parts)
+
+
+def escape_pointer(token: str) -> str:
+    """One JSON Pointer reference token (RFC 6901): `~` as `~0`, `/` as `~1`."""
+    return token.replace("~", "~0").replace("/", "~1")

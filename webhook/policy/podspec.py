@@ -20,42 +20,73 @@ from webhook.catalog.tpu import (
     Catalog,
     SliceShape,
 )
-from webhook.policy.paths import FieldPath
+from webhook.policy.paths import FieldPath, escape_pointer
 
 CONTAINER_LISTS = ("containers", "initContainers")
 
 
-@dataclass(frozen=True, slots=True)
 class Container:
-    path: FieldPath  # spec.containers[0]
-    body: Mapping[str, Any]
-    init: bool = False
+    """One container of a pod spec. Its field path is built only when a message or a patch
+    needs it: most reviews never do."""
+
+    __slots__ = ("at", "body", "init", "limits", "list_name", "pointer_at", "position", "requests")
+
+    def __init__(
+        self, at: FieldPath, pointer_at: str, list_name: str, position: int, body: Mapping[str, Any]
+    ) -> None:
+        self.at = at  # the pod spec
+        self.pointer_at = pointer_at  # the pod spec as a JSON Pointer
+        self.list_name = list_name
+        self.position = position
+        self.body = body
+        self.init = list_name == "initContainers"
+        resources = body.get("resources")
+        requests = resources.get("requests") if isinstance(resources, dict) else None
+        limits = resources.get("limits") if isinstance(resources, dict) else None
+        self.requests: Mapping[str, Any] = requests if isinstance(requests, dict) else {}
+        self.limits: Mapping[str, Any] = limits if isinstance(limits, dict) else {}
+
+    @property
+    def path(self) -> FieldPath:
+        """spec.containers[0]"""
+        return self.at.child(self.list_name).index(self.position)
 
     def resources(self, which: str) -> Mapping[str, Any]:
-        resources = self.body.get("resources")
-        found = resources.get(which) if isinstance(resources, dict) else None
-        return found if isinstance(found, dict) else {}
+        return self.requests if which == "requests" else self.limits
 
     def resource_path(self, which: str, name: str) -> FieldPath:
         return self.path.child("resources", which).key(name)
+
+    def pointer(self, *names: str) -> str:
+        """The JSON Pointer of this container, or of a field under it."""
+        tail = "".join("/" + escape_pointer(name) for name in names)
+        return f"{self.pointer_at}/{self.list_name}/{self.position}{tail}"
 
 
 @dataclass(frozen=True, slots=True)
 class ChipRequest:
     container: Container
-    field: FieldPath  # limits[google.com/tpu] when set, else requests[google.com/tpu]
+    which: str  # "limits" when set there, else "requests"
     value: object  # as written
     chips: int | None  # None: not a whole, non-negative number
     agreed: bool = True  # False: requests and limits both set and different
+
+    @property
+    def field(self) -> FieldPath:
+        """limits[google.com/tpu] (or requests[...]) of its container."""
+        return self.container.resource_path(self.which, TPU_RESOURCE)
 
 
 @dataclass(frozen=True, slots=True)
 class TpuSpec:
     at: FieldPath
+    pointer: str
     spec: Mapping[str, Any]
     accelerator_value: object  # None when absent
     topology_value: object
+    containers: tuple[Container, ...]  # every container, app containers first
     chips: tuple[ChipRequest, ...]  # app containers first, then init containers
+    tpu_containers: tuple[Container, ...]  # those of `chips`, each once
 
     @property
     def selector(self) -> FieldPath:
@@ -63,29 +94,15 @@ class TpuSpec:
 
     def chips_per_pod(self) -> int | None:
         """The chips one Pod runs: what the (first) TPU container asks for."""
-        counts = [c.chips for c in self.chips if c.chips is not None]
-        return counts[0] if counts else None
-
-    def tpu_containers(self) -> list[Container]:
-        seen: dict[FieldPath, Container] = {}
         for request in self.chips:
-            seen.setdefault(request.container.path, request.container)
-        return list(seen.values())
+            if request.chips is not None:
+                return request.chips
+        return None
 
 
-def containers(spec: Mapping[str, Any], at: FieldPath) -> Iterator[Container]:
-    for list_name in CONTAINER_LISTS:
-        items = spec.get(list_name)
-        if not isinstance(items, list):
-            continue
-        for position, body in enumerate(items):
-            if isinstance(body, dict):
-                path = at.child(list_name).index(position)
-                yield Container(path, body, init=list_name == "initContainers")
-
-
-def read_tpu_spec(spec: object, at: FieldPath) -> TpuSpec | None:
-    """The TPU view of a pod spec; None when it is not a TPU workload (the fast path)."""
+def read_tpu_spec(spec: object, at: FieldPath, pointer: str) -> TpuSpec | None:
+    """The TPU view of a pod spec (at `at`, JSON Pointer `pointer`); None when it is not a TPU
+    workload (the fast path)."""
     if not isinstance(spec, dict):
         return None
     selector = spec.get("nodeSelector")
@@ -96,9 +113,28 @@ def read_tpu_spec(spec: object, at: FieldPath) -> TpuSpec | None:
         and TOPOLOGY_LABEL not in selector
         and not _asks_chips(spec)
     ):
-        return None  # before any field path is built: most Pods of a cluster end here
-    chips = tuple(_chip_requests(spec, at))
-    return TpuSpec(at, spec, selector.get(ACCELERATOR_LABEL), selector.get(TOPOLOGY_LABEL), chips)
+        return None  # before any container is read: most Pods of a cluster end here
+    found = []
+    for list_name in CONTAINER_LISTS:
+        items = spec.get(list_name)
+        if isinstance(items, list):
+            found += [
+                Container(at, pointer, list_name, position, body)
+                for position, body in enumerate(items)
+                if isinstance(body, dict)
+            ]
+    chips = tuple(_chip_requests(found))
+    tpu_containers = tuple({id(c.container): c.container for c in chips}.values())
+    return TpuSpec(
+        at,
+        pointer,
+        spec,
+        selector.get(ACCELERATOR_LABEL),
+        selector.get(TOPOLOGY_LABEL),
+        tuple(found),
+        chips,
+        tpu_containers,
+    )
 
 
 def _asks_chips(spec: Mapping[str, Any]) -> bool:
@@ -114,18 +150,18 @@ def _asks_chips(spec: Mapping[str, Any]) -> bool:
     return False
 
 
-def _chip_requests(spec: Mapping[str, Any], at: FieldPath) -> Iterator[ChipRequest]:
-    for container in containers(spec, at):
-        requests, limits = container.resources("requests"), container.resources("limits")
+def _chip_requests(found: list[Container]) -> Iterator[ChipRequest]:
+    for container in found:
+        requests, limits = container.requests, container.limits
         # limits first: the form Kubernetes accepts alone (requests default from it)
-        which = "limits" if TPU_RESOURCE in limits else "requests"
-        source = requests if which == "requests" else limits
-        if TPU_RESOURCE in source:
-            value = source[TPU_RESOURCE]
-            field = container.resource_path(which, TPU_RESOURCE)
-            other = requests.get(TPU_RESOURCE, value) if which == "limits" else value
-            agreed = quantity(other) == quantity(value)
-            yield ChipRequest(container, field, value, whole_number(value), agreed)
+        if TPU_RESOURCE in limits:
+            value = limits[TPU_RESOURCE]
+            other = requests.get(TPU_RESOURCE, value)
+            agreed = other is value or quantity(other) == quantity(value)
+            yield ChipRequest(container, "limits", value, whole_number(value), agreed)
+        elif TPU_RESOURCE in requests:
+            value = requests[TPU_RESOURCE]
+            yield ChipRequest(container, "requests", value, whole_number(value))
 
 
 def whole_number(value: object) -> int | None:
@@ -141,7 +177,29 @@ def whole_number(value: object) -> int | None:
 
 
 def quantity(value: object) -> Decimal | None:
-    """The amount; +/-Infinity beyond the parser's range (larger than any VM); None if invalid."""
+    """The amount; +/-Infinity beyond the parser's range (larger than any VM); None if invalid.
+
+    Strings are remembered: the API server writes quantities as strings, a cluster uses few
+    ("4", "500Gi"), and a dict hit costs a tenth of a parse. Bounded: emptied when full.
+    """
+    if type(value) is not str or len(value) > MEMO_LENGTH:
+        return _quantity(value)
+    try:
+        return _memo[value]
+    except KeyError:
+        pass
+    if len(_memo) >= MEMO_SIZE:
+        _memo.clear()
+    amount = _memo[value] = _quantity(value)
+    return amount
+
+
+MEMO_SIZE = 4096
+MEMO_LENGTH = 32  # longer strings are parsed each time: the memo never pins a large value
+_memo: dict[str, Decimal | None] = {}
+
+
+def _quantity(value: object) -> Decimal | None:
     try:
         return parse_quantity(value)
     except QuantityOutOfRange:

@@ -81,15 +81,15 @@ def check_host_counts(
 
 def check_worker_env(tpu: TpuSpec, shape: SliceShape) -> list[Violation]:
     found = []
-    for container in tpu.tpu_containers():
-        for path, name, value in literal_env(container):
+    for container in tpu.tpu_containers:
+        for position, name, value in literal_env(container):
             if name == TPU_WORKER_HOSTNAMES:
                 count = len([h for h in str(value).split(",") if h.strip()])
                 if count != shape.hosts:
                     found.append(
                         Violation(
                             "tpu.worker-env-conflict",
-                            path,
+                            _env_value(container, position),
                             ErrorType.INVALID,
                             f"{TPU_WORKER_HOSTNAMES} lists {count} hosts but {shape.describe()}; "
                             f"list {shape.hosts} hostnames or remove it to let tpu-webhook set it",
@@ -100,7 +100,7 @@ def check_worker_env(tpu: TpuSpec, shape: SliceShape) -> list[Violation]:
                 found.append(
                     Violation(
                         "tpu.worker-env-conflict",
-                        path,
+                        _env_value(container, position),
                         ErrorType.INVALID,
                         f"{TPU_WORKER_ID} must be 0..{shape.hosts - 1} for a slice of "
                         f"{shape.hosts} hosts; remove it to let tpu-webhook set it",
@@ -173,16 +173,20 @@ def owned_by_slice_controller(obj: Mapping[str, Any]) -> bool:
     )
 
 
-def literal_env(container: Container) -> list[tuple[FieldPath, str, object]]:
-    """(path of env[i].value, name, value) for every env entry with a literal value."""
+def literal_env(container: Container) -> list[tuple[int, str, object]]:
+    """(i of env[i], name, value) for every env entry with a literal value."""
     env = container.body.get("env")
     if not isinstance(env, list):
         return []
     return [
-        (container.path.child("env").index(i).child("value"), item["name"], item["value"])
+        (i, item["name"], item["value"])
         for i, item in enumerate(env)
         if isinstance(item, dict) and isinstance(item.get("name"), str) and "value" in item
     ]
+
+
+def _env_value(container: Container, position: int) -> FieldPath:
+    return container.path.child("env").index(position).child("value")
 
 
 def _in_range(value: object, hosts: int) -> bool:

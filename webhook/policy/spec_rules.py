@@ -10,7 +10,6 @@ from webhook.catalog.tpu import ACCELERATOR_LABEL, TOPOLOGY_LABEL, TPU_RESOURCE,
 from webhook.policy.podspec import (
     Container,
     TpuSpec,
-    containers,
     known_accelerator,
     quantity,
     whole_number,
@@ -135,7 +134,7 @@ def check_chip_counts(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
 
 def check_requests_equal_limits(tpu: TpuSpec) -> list[Violation]:
     found = []
-    for container in tpu.tpu_containers():
+    for container in tpu.tpu_containers:
         requests, limits = container.resources("requests"), container.resources("limits")
         if TPU_RESOURCE not in requests or TPU_RESOURCE not in limits:
             continue
@@ -184,7 +183,7 @@ def check_node_capacity(tpu: TpuSpec, shape: SliceShape | None) -> list[Violatio
         # the request, or the limit Kubernetes will default it from
         asking = [
             (c, which, c.resources(which)[resource])
-            for c in containers(tpu.spec, tpu.at)
+            for c in tpu.containers
             if not c.init
             for which in [_request_or_limit(c, resource)]
             if which is not None
@@ -223,7 +222,7 @@ def check_quantities(tpu: TpuSpec) -> list[Violation]:
             "must be a Kubernetes quantity, such as 10, 500m or 64Gi",
             value,
         )
-        for c in tpu.tpu_containers()
+        for c in tpu.tpu_containers
         for which in ("requests", "limits")
         for resource, value in c.resources(which).items()
         if resource in ("cpu", "memory") and quantity(value) is None

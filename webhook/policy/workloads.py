@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from webhook.catalog.tpu import JOB_COMPLETION_INDEX, POD_INDEX_LABEL
+from webhook.policy.paths import FieldPath
 
 Path = tuple[str, ...]
 
@@ -36,6 +37,13 @@ class Workload:
     resource: str
     pod_spec: Path
     hosts: HostModel | None  # None: cannot form a multi-host slice by itself
+    spec_path: FieldPath = field(init=False, repr=False, compare=False)  # of pod_spec
+    spec_pointer: str = field(init=False, repr=False, compare=False)  # of pod_spec
+
+    def __post_init__(self) -> None:
+        path = FieldPath.root(*self.pod_spec)
+        object.__setattr__(self, "spec_path", path)
+        object.__setattr__(self, "spec_pointer", path.pointer())
 
     def spec_of(self, obj: Mapping[str, Any]) -> Any:
         return dig(obj, self.pod_spec)
