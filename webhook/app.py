@@ -60,7 +60,7 @@ class WebhookApp:
         self.metrics = Metrics()
         self.review_log = ReviewLog(enabled=settings.log_level in ("debug", "info"))
         if tls is not None and tls.not_after is not None:
-            self.metrics.cert_expiry.set(tls.not_after.timestamp())
+            self.metrics.cert_expiry = tls.not_after.timestamp()
         self.api = _management_api(self)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -80,7 +80,7 @@ class WebhookApp:
         self, scope: Scope, receive: Receive, send: Send, endpoint: str, mode: str
     ) -> None:
         started = time.perf_counter()
-        self.metrics.in_flight.inc()
+        self.metrics.in_flight += 1
         request: Request | None = None
         verdict: Verdict | None = None
         try:
@@ -98,7 +98,7 @@ class WebhookApp:
             log.exception("internal error answering review uid=%s", uid)
             status, data, outcome = 500, _error("internal error; see the webhook log"), "error"
         finally:
-            self.metrics.in_flight.dec()
+            self.metrics.in_flight -= 1
         await _respond(send, status, data)
         seconds = time.perf_counter() - started
         kind = request.kind.kind if request is not None else ""
@@ -228,7 +228,7 @@ async def _watch_certificates(app: WebhookApp) -> None:
     while True:
         await asyncio.sleep(app.settings.cert_reload_seconds)
         if app.tls.reload_if_changed() and app.tls.not_after is not None:
-            app.metrics.cert_expiry.set(app.tls.not_after.timestamp())
+            app.metrics.cert_expiry = app.tls.not_after.timestamp()
 
 
 def _version() -> str:

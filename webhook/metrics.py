@@ -1,59 +1,66 @@
-"""Prometheus metrics of one app instance (its own registry, so tests can build many apps)."""
+"""Prometheus metrics of one app instance (its own registry, so tests can build many apps).
+
+A review updates plain ints and floats; the Prometheus families are built only when /metrics is
+scraped. prometheus_client's Counter and Histogram take a lock per update, which costs more than
+the update itself, and the event loop is a single thread: every update and every scrape run on
+it, one at a time.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from bisect import bisect_left
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
 from webhook.policy.decide import Verdict
 from webhook.policy.workloads import WORKLOADS
 
 KINDS = frozenset({"", *(w.kind for w in WORKLOADS.values())})
 OPERATIONS = frozenset({"", "CREATE", "UPDATE", "DELETE", "CONNECT"})
-_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+REQUEST_LABELS = ("endpoint", "kind", "operation", "outcome")
+
+
+class Histogram:
+    """Counts per bucket (the last one +Inf), and the sum."""
+
+    __slots__ = ("counts", "total")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(BUCKETS) + 1)
+        self.total = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect_left(BUCKETS, seconds)] += 1  # a bucket holds values <= its bound
+        self.total += seconds
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        bounds = [*(repr(b) for b in BUCKETS), "+Inf"]
+        running, out = 0, []
+        for bound, count in zip(bounds, self.counts, strict=True):
+            running += count
+            out.append((bound, float(running)))
+        return out
 
 
 class Metrics:
     def __init__(self) -> None:
+        self.requests: dict[tuple[str, str, str, str], int] = {}
+        self.denials: dict[str, int] = {}
+        self.warnings: dict[str, int] = {}
+        self.patch_operations = 0
+        self.latency: dict[str, Histogram] = {}
+        self.in_flight = 0
+        self.cert_expiry = 0.0
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self.requests = Counter(
-            "tpu_webhook_requests",
-            "Admission reviews answered, by outcome.",
-            ["endpoint", "kind", "operation", "outcome"],
-            registry=r,
-        )
-        self.denials = Counter(
-            "tpu_webhook_denials",
-            "Violations that denied a request, by rule code.",
-            ["rule"],
-            registry=r,
-        )
-        self.warnings = Counter(
-            "tpu_webhook_warnings",
-            "Warnings returned (warn mode included), by rule code.",
-            ["rule"],
-            registry=r,
-        )
-        self.patch_operations = Counter(
-            "tpu_webhook_patch_operations", "JSON Patch operations returned.", registry=r
-        )
-        self.latency = Histogram(
-            "tpu_webhook_request_duration_seconds",
-            "Time to answer an admission review.",
-            ["endpoint"],
-            buckets=_BUCKETS,
-            registry=r,
-        )
-        self.in_flight = Gauge(
-            "tpu_webhook_requests_in_flight", "Admission reviews being answered.", registry=r
-        )
-        self.cert_expiry = Gauge(
-            "tpu_webhook_serving_certificate_expiry_timestamp_seconds",
-            "Unix time when the serving certificate expires (0 without TLS).",
-            registry=r,
-        )
-        self._requests: dict[tuple[str, str, str, str], Counter] = {}
-        self._latency: dict[str, Histogram] = {}
+        self.registry.register(self)
 
     def observe(
         self,
@@ -68,22 +75,66 @@ class Metrics:
         kind = kind if kind in KINDS else "other"  # labels never grow with what clients send
         operation = operation if operation in OPERATIONS else "other"
         key = (endpoint, kind, operation, outcome)
-        counter = self._requests.get(key)
-        if counter is None:  # labels() takes a lock and builds a key: once per label set
-            counter = self._requests[key] = self.requests.labels(*key)
-        counter.inc()
-        histogram = self._latency.get(endpoint)
+        self.requests[key] = self.requests.get(key, 0) + 1
+        histogram = self.latency.get(endpoint)
         if histogram is None:
-            histogram = self._latency[endpoint] = self.latency.labels(endpoint)
+            histogram = self.latency[endpoint] = Histogram()
         histogram.observe(seconds)
-        if verdict is None:
+        if verdict is None or not (verdict.denials or verdict.warnings or verdict.patch):
             return
         denials, warnings = verdict.denials, verdict.warnings
         if mode == "warn":
             denials, warnings = (), (*denials, *warnings)
         for v in denials:
-            self.denials.labels(v.code).inc()
+            self.denials[v.code] = self.denials.get(v.code, 0) + 1
         for v in warnings:
-            self.warnings.labels(v.code).inc()
+            self.warnings[v.code] = self.warnings.get(v.code, 0) + 1
         if verdict.patch and not denials:
-            self.patch_operations.inc(len(verdict.patch))
+            self.patch_operations += len(verdict.patch)
+
+    def collect(self) -> Iterator[Metric]:
+        """The families, as prometheus_client's registry asks a custom collector for them."""
+        requests = CounterMetricFamily(
+            "tpu_webhook_requests", "Admission reviews answered, by outcome.", labels=REQUEST_LABELS
+        )
+        for key, count in sorted(self.requests.items()):
+            requests.add_metric(key, count)
+        yield requests
+        yield _by_rule(
+            "tpu_webhook_denials", "Violations that denied a request, by rule code.", self.denials
+        )
+        yield _by_rule(
+            "tpu_webhook_warnings",
+            "Warnings returned (warn mode included), by rule code.",
+            self.warnings,
+        )
+        yield CounterMetricFamily(
+            "tpu_webhook_patch_operations",
+            "JSON Patch operations returned.",
+            value=self.patch_operations,
+        )
+        latency = HistogramMetricFamily(
+            "tpu_webhook_request_duration_seconds",
+            "Time to answer an admission review.",
+            labels=("endpoint",),
+        )
+        for endpoint, histogram in sorted(self.latency.items()):
+            latency.add_metric((endpoint,), histogram.cumulative(), histogram.total)
+        yield latency
+        yield GaugeMetricFamily(
+            "tpu_webhook_requests_in_flight",
+            "Admission reviews being answered.",
+            value=self.in_flight,
+        )
+        yield GaugeMetricFamily(
+            "tpu_webhook_serving_certificate_expiry_timestamp_seconds",
+            "Unix time when the serving certificate expires (0 without TLS).",
+            value=self.cert_expiry,
+        )
+
+
+def _by_rule(name: str, documentation: str, counts: dict[str, int]) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, documentation, labels=("rule",))
+    for rule, count in sorted(counts.items()):
+        family.add_metric((rule,), count)
+    return family
