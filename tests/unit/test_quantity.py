@@ -169,18 +169,22 @@ def test_remembered_quantity_is_the_parsed_one(text: str) -> None:
     assert first == again == parse_quantity(text)
 
 
-def test_remembered_quantities_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(podspec, "_memo", {})
+def test_remembered_quantities_stay_bounded() -> None:
     for n in range(podspec.MEMO_SIZE + 10):
         podspec.quantity(f"{n}Mi")
-    assert len(podspec._memo) <= podspec.MEMO_SIZE
+    assert podspec._remembered_quantity.cache_info().currsize == podspec.MEMO_SIZE
     long = "0" * podspec.MEMO_LENGTH + "4"
+    misses = podspec._remembered_quantity.cache_info().misses
     assert podspec.quantity(long) == Decimal(4)
-    assert long not in podspec._memo
+    assert podspec.whole_number(long) == 4
+    assert podspec._remembered_quantity.cache_info().misses == misses  # never looked up
 
 
 def test_quantities_that_are_not_strings_are_parsed_as_such() -> None:
     assert podspec.quantity(4) == Decimal(4)
     assert podspec.quantity(True) is None
+    assert podspec.whole_number("1") == podspec.whole_number(1) == 1
+    assert podspec.whole_number(True) is None
+    assert podspec.whole_number(["4"]) is None
     assert podspec.quantity("four") is None
     assert podspec.quantity("1e40") == Decimal("Infinity")

@@ -49,7 +49,7 @@ def copy_missing_limits(tpu: TpuSpec, resources: Iterable[str]) -> list[PatchOp]
 
 def add_missing_ports(tpu: TpuSpec, ports: Iterable[Port]) -> list[PatchOp]:
     """The catalog's TPU ports on each TPU container, unless a port with that number is there."""
-    taken = _scalars(p.get("name") for c in tpu.containers for p in _ports(c))
+    taken: set[object] | None = None  # every port name of the pod, read when a port is missing
     counters: dict[str, int] = {}
     ops: list[PatchOp] = []
     for container in tpu.tpu_containers:
@@ -60,6 +60,8 @@ def add_missing_ports(tpu: TpuSpec, ports: Iterable[Port]) -> list[PatchOp]:
         for port in ports:
             if port.container_port in numbers:
                 continue
+            if taken is None:
+                taken = _scalars(p.get("name") for c in tpu.containers for p in _ports(c))
             name = _unique(port.name, taken, counters)
             taken.add(name)
             missing.append({"name": name, "containerPort": port.container_port, "protocol": "TCP"})

@@ -6,6 +6,7 @@ the rule that cares (never an exception).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -63,7 +64,7 @@ class Container:
         return f"{self.pointer_at}/{self.list_name}/{self.position}{tail}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built per review: a frozen dataclass costs a setattr call per field
 class ChipRequest:
     container: Container
     which: str  # "limits" when set there, else "requests"
@@ -77,7 +78,7 @@ class ChipRequest:
         return self.container.resource_path(self.which, TPU_RESOURCE)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built per review, never changed
 class TpuSpec:
     at: FieldPath
     pointer: str
@@ -165,6 +166,20 @@ def _chip_requests(found: list[Container]) -> Iterator[ChipRequest]:
 
 
 def whole_number(value: object) -> int | None:
+    """The count a quantity is when it is a whole, non-negative number; None otherwise."""
+    if type(value) is str and len(value) <= MEMO_LENGTH:
+        return _remembered_whole_number(value)
+    return _whole_number(value)
+
+
+def quantity(value: object) -> Decimal | None:
+    """The amount; +/-Infinity beyond the parser's range (larger than any VM); None if invalid."""
+    if type(value) is str and len(value) <= MEMO_LENGTH:
+        return _remembered_quantity(value)
+    return _quantity(value)
+
+
+def _whole_number(value: object) -> int | None:
     amount = quantity(value)
     if (
         amount is None
@@ -176,29 +191,6 @@ def whole_number(value: object) -> int | None:
     return int(amount)
 
 
-def quantity(value: object) -> Decimal | None:
-    """The amount; +/-Infinity beyond the parser's range (larger than any VM); None if invalid.
-
-    Strings are remembered: the API server writes quantities as strings, a cluster uses few
-    ("4", "500Gi"), and a dict hit costs a tenth of a parse. Bounded: emptied when full.
-    """
-    if type(value) is not str or len(value) > MEMO_LENGTH:
-        return _quantity(value)
-    try:
-        return _memo[value]
-    except KeyError:
-        pass
-    if len(_memo) >= MEMO_SIZE:
-        _memo.clear()
-    amount = _memo[value] = _quantity(value)
-    return amount
-
-
-MEMO_SIZE = 4096
-MEMO_LENGTH = 32  # longer strings are parsed each time: the memo never pins a large value
-_memo: dict[str, Decimal | None] = {}
-
-
 def _quantity(value: object) -> Decimal | None:
     try:
         return parse_quantity(value)
@@ -206,6 +198,15 @@ def _quantity(value: object) -> Decimal | None:
         return Decimal("-Infinity") if str(value).lstrip().startswith("-") else Decimal("Infinity")
     except QuantityError:
         return None
+
+
+# Short strings are remembered: the API server writes quantities as strings, a cluster uses few
+# ("4", "500Gi"), and a cache hit costs a tenth of a parse. Longer strings are parsed each time,
+# so the caches never pin a large value.
+MEMO_SIZE = 4096
+MEMO_LENGTH = 32
+_remembered_quantity = functools.lru_cache(maxsize=MEMO_SIZE)(_quantity)
+_remembered_whole_number = functools.lru_cache(maxsize=MEMO_SIZE)(_whole_number)
 
 
 def known_accelerator(tpu: TpuSpec, catalog: Catalog) -> Accelerator | None:
