@@ -24,7 +24,7 @@ from webhook.catalog import load_catalog
 from webhook.catalog.tpu import TPU_RESOURCE
 from webhook.metrics import Metrics
 from webhook.policy.decide import ALLOW, Options, Verdict
-from webhook.reviewlog import ReviewLog
+from webhook.reviewlog import ReviewLine, ReviewLog
 from webhook.settings import Settings
 from webhook.tls import ServingTLS
 
@@ -157,30 +157,27 @@ def _log_line(
     verdict: Verdict | None,
     outcome: str,
     seconds: float,
-) -> dict[str, Any]:
-    """uid, kind, namespace/name, operation, verdict, rule codes, patch size, duration: never
-    the object itself."""
+) -> ReviewLine:
     obj = request.object if isinstance(request.object, dict) else {}
     raw_meta = obj.get("metadata")
     meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
     name = request.name or meta.get("name") or meta.get("generateName") or ""
-    return {
-        "ts": round(time.time(), 3),
-        "msg": "review",
-        "uid": request.uid[:64],
-        "endpoint": endpoint,
-        "mode": mode,
-        "kind": request.kind.kind[:64],
-        "namespace": request.namespace[:64],
-        "name": name[:253] if isinstance(name, str) else "",
-        "operation": request.operation[:16],
-        "outcome": outcome,
-        "allowed": outcome != "denied",
-        "rules": verdict.codes if verdict else [],
-        "patch_ops": len(verdict.patch) if verdict else 0,
-        "dry_run": bool(request.dry_run),
-        "duration_ms": round(seconds * 1000, 3),
-    }
+    return ReviewLine(
+        ts=round(time.time(), 3),
+        uid=request.uid[:64],
+        endpoint=endpoint,
+        mode=mode,
+        kind=request.kind.kind[:64],
+        namespace=request.namespace[:64],
+        name=name[:253] if isinstance(name, str) else "",
+        operation=request.operation[:16],
+        outcome=outcome,
+        allowed=outcome != "denied",
+        rules=verdict.codes if verdict else [],
+        patch_ops=len(verdict.patch) if verdict else 0,
+        dry_run=bool(request.dry_run),
+        duration_ms=round(seconds * 1000, 3),
+    )
 
 
 def _management_api(app: WebhookApp) -> FastAPI:

@@ -50,6 +50,9 @@ class CoalescingTransport:
         self.flush()
         self._transport.close()
 
+    def is_closing(self) -> bool:  # asked once per response: not through __getattr__
+        return self._transport.is_closing()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
 

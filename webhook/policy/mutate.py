@@ -55,17 +55,18 @@ def add_missing_ports(tpu: TpuSpec, ports: Iterable[Port]) -> list[PatchOp]:
     for container in tpu.tpu_containers:
         if container.init:
             continue
-        numbers = _scalars(p.get("containerPort") for p in _ports(container))
+        numbers = _scalars([p.get("containerPort") for p in _ports(container)])
         missing = []
         for port in ports:
             if port.container_port in numbers:
                 continue
             if taken is None:
-                taken = _scalars(p.get("name") for c in tpu.containers for p in _ports(c))
+                taken = _scalars([p.get("name") for c in tpu.containers for p in _ports(c)])
             name = _unique(port.name, taken, counters)
             taken.add(name)
             missing.append({"name": name, "containerPort": port.container_port, "protocol": "TCP"})
-        ops += _append(container.pointer("ports"), container.body.get("ports"), missing)
+        if missing:
+            ops += _append(container.pointer("ports"), container.body.get("ports"), missing)
     return ops
 
 
@@ -77,10 +78,10 @@ def add_missing_env(tpu: TpuSpec, env: list[EnvVar]) -> list[PatchOp]:
             continue
         present = container.body.get("env")
         items = present if isinstance(present, list) else []
-        names = _scalars(e.get("name") for e in items if isinstance(e, dict))
-        ops += _append(
-            container.pointer("env"), present, [e for e in env if e["name"] not in names]
-        )
+        names = _scalars([e.get("name") for e in items if isinstance(e, dict)])
+        missing = [e for e in env if e["name"] not in names]
+        if missing:
+            ops += _append(container.pointer("env"), present, missing)
     return ops
 
 
@@ -113,7 +114,7 @@ def worker_env(
 
 
 def hostnames(name: str, service: str, hosts: int) -> str:
-    return ",".join(f"{name}-{i}.{service}" for i in range(hosts))
+    return ",".join([f"{name}-{i}.{service}" for i in range(hosts)])
 
 
 def _pod_worker_env(
@@ -218,6 +219,6 @@ def _small_number(text: str) -> bool:
     return text.isascii() and text.isdigit() and len(text) <= 9
 
 
-def _scalars(values: Iterable[object]) -> set[object]:
+def _scalars(values: list[object]) -> set[object]:
     """The hashable values (a list where a name belongs is the API server's to reject)."""
     return {v for v in values if isinstance(v, str | int | float)}

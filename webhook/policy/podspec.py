@@ -60,7 +60,7 @@ class Container:
 
     def pointer(self, *names: str) -> str:
         """The JSON Pointer of this container, or of a field under it."""
-        tail = "".join("/" + escape_pointer(name) for name in names)
+        tail = "".join(["/" + escape_pointer(name) for name in names])
         return f"{self.pointer_at}/{self.list_name}/{self.position}{tail}"
 
 
@@ -219,8 +219,9 @@ def slice_shape(tpu: TpuSpec, catalog: Catalog) -> SliceShape | None:
     accelerator = known_accelerator(tpu, catalog)
     if accelerator is None or not isinstance(tpu.topology_value, str):
         return None
-    if not all(c.agreed for c in tpu.chips):
-        return None  # which count is meant is unknown: the mismatch is reported first
+    for request in tpu.chips:
+        if not request.agreed:
+            return None  # which count is meant is unknown: the mismatch is reported first
     options = catalog.shapes(accelerator, tpu.topology_value)
     chips = tpu.chips_per_pod()
     if chips is not None:
