@@ -25,6 +25,7 @@ from webhook.policy.violations import ErrorType, Violation
 from webhook.policy.workloads import Workload, dig
 
 PatchOp = dict[str, Any]
+NAME_PATH = ("metadata", "name")
 EnvVar = dict[str, Any]
 
 
@@ -33,17 +34,19 @@ def copy_missing_limits(tpu: TpuSpec, resources: Iterable[str]) -> list[PatchOp]
     names = tuple(resources)
     ops: list[PatchOp] = []
     for container in tpu.tpu_containers:
-        requests, limits = container.resources("requests"), container.resources("limits")
-        ops += _add_entries(
-            container,
-            "limits",
-            {n: requests[n] for n in names if n not in limits and _copyable(requests.get(n))},
-        )
-        ops += _add_entries(
-            container,
-            "requests",
-            {n: limits[n] for n in names if n not in requests and _copyable(limits.get(n))},
-        )
+        requests, limits = container.requests, container.limits
+        to_limits: dict[str, Any] = {}
+        to_requests: dict[str, Any] = {}
+        for name in names:
+            if name in requests:
+                if name not in limits and _copyable(requests[name]):
+                    to_limits[name] = requests[name]
+            elif name in limits and _copyable(limits[name]):
+                to_requests[name] = limits[name]
+        if to_limits:
+            ops += _add_entries(container, "limits", to_limits)
+        if to_requests:
+            ops += _add_entries(container, "requests", to_requests)
     return ops
 
 
@@ -55,7 +58,11 @@ def add_missing_ports(tpu: TpuSpec, ports: Iterable[Port]) -> list[PatchOp]:
     for container in tpu.tpu_containers:
         if container.init:
             continue
-        numbers = _scalars([p.get("containerPort") for p in _ports(container)])
+        numbers: set[object] = set()
+        for p in _ports(container):
+            number = p.get("containerPort")
+            if isinstance(number, str | int | float):  # hashable: a list is the API server's
+                numbers.add(number)
         missing = []
         for port in ports:
             if port.container_port in numbers:
@@ -77,9 +84,15 @@ def add_missing_env(tpu: TpuSpec, env: list[EnvVar]) -> list[PatchOp]:
         if container.init:
             continue
         present = container.body.get("env")
-        items = present if isinstance(present, list) else []
-        names = _scalars([e.get("name") for e in items if isinstance(e, dict)])
-        missing = [e for e in env if e["name"] not in names]
+        names: set[str] = set()
+        for item in present if isinstance(present, list) else ():
+            name = item.get("name") if isinstance(item, dict) else None
+            if isinstance(name, str):
+                names.add(name)
+        missing = []
+        for item in env:
+            if item["name"] not in names:
+                missing.append(item)
         if missing:
             ops += _append(container.pointer("env"), present, missing)
     return ops
@@ -92,20 +105,20 @@ def worker_env(
     hosts = workload.hosts
     if hosts is None:
         return _pod_worker_env(obj, workload, tpu, shape)
-    if hosts.indexed_mode is not None:
-        field, required = hosts.indexed_mode
-        if dig(obj, (*hosts.controller, field)) != required:
-            return [], [], []
+    if hosts.indexed_mode is not None and dig(obj, hosts.mode_path) != hosts.indexed_mode[1]:
+        return [], [], []
     env: list[EnvVar] = [
         {"name": TPU_WORKER_ID, "valueFrom": {"fieldRef": {"fieldPath": hosts.index_field_ref}}}
     ]
-    name = dig(obj, ("metadata", "name")) if hosts.named_by_object else None
+    name = dig(obj, NAME_PATH) if hosts.named_by_object else None
     if not isinstance(name, str) or not name:
         return env, [], []
     ops: list[PatchOp] = []
     warnings: list[Violation] = []
     if hosts.service is not None:
         service = dig(obj, hosts.service)
+    elif tpu.spec.get("subdomain") is not None:
+        service = tpu.spec["subdomain"]  # the user's, even empty or of a wrong type
     else:
         service, ops, warnings = _subdomain(tpu, name, shape)
     if isinstance(service, str) and service:
@@ -194,7 +207,11 @@ def _append(pointer: str, present: object, items: list[Any]) -> list[PatchOp]:
 
 def _ports(container: Container) -> list[Mapping[str, Any]]:
     ports = container.body.get("ports")
-    return [p for p in ports if isinstance(p, dict)] if isinstance(ports, list) else []
+    found: list[Mapping[str, Any]] = []
+    for port in ports if isinstance(ports, list) else ():
+        if isinstance(port, dict):
+            found.append(port)
+    return found
 
 
 def _unique(name: str, taken: set[object], counters: dict[str, int]) -> str:

@@ -7,7 +7,7 @@ the rule that cares (never an exception).
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -60,8 +60,10 @@ class Container:
 
     def pointer(self, *names: str) -> str:
         """The JSON Pointer of this container, or of a field under it."""
-        tail = "".join(["/" + escape_pointer(name) for name in names])
-        return f"{self.pointer_at}/{self.list_name}/{self.position}{tail}"
+        pointer = f"{self.pointer_at}/{self.list_name}/{self.position}"
+        for name in names:
+            pointer += "/" + escape_pointer(name)
+        return pointer
 
 
 @dataclass(slots=True)  # built per review: a frozen dataclass costs a setattr call per field
@@ -115,17 +117,20 @@ def read_tpu_spec(spec: object, at: FieldPath, pointer: str) -> TpuSpec | None:
         and not _asks_chips(spec)
     ):
         return None  # before any container is read: most Pods of a cluster end here
-    found = []
+    # Loops rather than comprehensions here and in the mutation: on Python 3.11 each
+    # comprehension builds a function object and a frame, a measurable share of a review.
+    found: list[Container] = []
     for list_name in CONTAINER_LISTS:
         items = spec.get(list_name)
         if isinstance(items, list):
-            found += [
-                Container(at, pointer, list_name, position, body)
-                for position, body in enumerate(items)
-                if isinstance(body, dict)
-            ]
-    chips = tuple(_chip_requests(found))
-    tpu_containers = tuple({id(c.container): c.container for c in chips}.values())
+            for position, body in enumerate(items):
+                if isinstance(body, dict):
+                    found.append(Container(at, pointer, list_name, position, body))
+    chips = _chip_requests(found)
+    tpu_containers: list[Container] = []
+    for request in chips:
+        if request.container not in tpu_containers:
+            tpu_containers.append(request.container)
     return TpuSpec(
         at,
         pointer,
@@ -133,8 +138,8 @@ def read_tpu_spec(spec: object, at: FieldPath, pointer: str) -> TpuSpec | None:
         selector.get(ACCELERATOR_LABEL),
         selector.get(TOPOLOGY_LABEL),
         tuple(found),
-        chips,
-        tpu_containers,
+        tuple(chips),
+        tuple(tpu_containers),
     )
 
 
@@ -151,7 +156,8 @@ def _asks_chips(spec: Mapping[str, Any]) -> bool:
     return False
 
 
-def _chip_requests(found: list[Container]) -> Iterator[ChipRequest]:
+def _chip_requests(found: list[Container]) -> list[ChipRequest]:
+    chips = []
     for container in found:
         requests, limits = container.requests, container.limits
         # limits first: the form Kubernetes accepts alone (requests default from it)
@@ -159,10 +165,11 @@ def _chip_requests(found: list[Container]) -> Iterator[ChipRequest]:
             value = limits[TPU_RESOURCE]
             other = requests.get(TPU_RESOURCE, value)
             agreed = other is value or quantity(other) == quantity(value)
-            yield ChipRequest(container, "limits", value, whole_number(value), agreed)
+            chips.append(ChipRequest(container, "limits", value, whole_number(value), agreed))
         elif TPU_RESOURCE in requests:
             value = requests[TPU_RESOURCE]
-            yield ChipRequest(container, "requests", value, whole_number(value))
+            chips.append(ChipRequest(container, "requests", value, whole_number(value)))
+    return chips
 
 
 def whole_number(value: object) -> int | None:
@@ -224,6 +231,9 @@ def slice_shape(tpu: TpuSpec, catalog: Catalog) -> SliceShape | None:
             return None  # which count is meant is unknown: the mismatch is reported first
     options = catalog.shapes(accelerator, tpu.topology_value)
     chips = tpu.chips_per_pod()
-    if chips is not None:
-        return next((s for s in options if s.chips_per_host == chips), None)
-    return options[0] if len(options) == 1 else None
+    if chips is None:
+        return options[0] if len(options) == 1 else None
+    for shape in options:
+        if shape.chips_per_host == chips:
+            return shape
+    return None
