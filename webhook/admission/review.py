@@ -77,10 +77,21 @@ _envelope = msgspec.json.Decoder(_Envelope)
 TPU_MARKERS = (b"google.com/tpu", b"gke-tpu-")
 
 
+def has_tpu_marker(body: bytes) -> bool:
+    """Whether a marker appears: one scan for their common `tpu`, each hit checked in place (two
+    scans for the whole markers cost three times as much on a body that has neither)."""
+    at = body.find(b"tpu")
+    while at != -1:
+        if body[at - 11 : at + 3] == b"google.com/tpu" or body[at - 4 : at + 4] == b"gke-tpu-":
+            return True
+        at = body.find(b"tpu", at + 3)
+    return False
+
+
 def parse_review_fast(body: bytes) -> tuple[str, Request, bool]:
     """(apiVersion, request, may_be_tpu): a body with no TPU marker has its object left undecoded
     (most Pods of a cluster); anything else is parsed whole."""
-    if any(marker in body for marker in TPU_MARKERS):
+    if has_tpu_marker(body):
         return (*parse_review(body), True)
     try:
         review = _envelope.decode(body)

@@ -127,7 +127,10 @@ def worker_env(
 
 
 def hostnames(name: str, service: str, hosts: int) -> str:
-    return ",".join([f"{name}-{i}.{service}" for i in range(hosts)])
+    names = []
+    for i in range(hosts):
+        names.append(f"{name}-{i}.{service}")
+    return ",".join(names)
 
 
 def _pod_worker_env(
