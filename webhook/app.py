@@ -115,7 +115,10 @@ async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
             content_type = value
         elif name == b"content-length" and value.isdigit() and int(value) > limit:
             raise HTTPProblem(413, f"request body larger than {limit} bytes")
-    if content_type.split(b";", 1)[0].strip().lower() != b"application/json":
+    if (
+        content_type != b"application/json"  # as the API server sends it
+        and content_type.split(b";", 1)[0].strip().lower() != b"application/json"
+    ):
         raise HTTPProblem(400, "content type must be application/json")
     chunks: list[bytes] = []
     size = 0
@@ -163,7 +166,7 @@ def _log_line(
     meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
     name = request.name or meta.get("name") or meta.get("generateName") or ""
     return ReviewLine(
-        ts=round(time.time(), 3),
+        ts=int(time.time() * 1000) / 1000,  # round() costs five times as much
         uid=request.uid[:64],
         endpoint=endpoint,
         mode=mode,
@@ -176,7 +179,7 @@ def _log_line(
         rules=verdict.codes if verdict else [],
         patch_ops=len(verdict.patch) if verdict else 0,
         dry_run=bool(request.dry_run),
-        duration_ms=round(seconds * 1000, 3),
+        duration_ms=int(seconds * 1_000_000) / 1000,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
@@ -77,15 +78,14 @@ _envelope = msgspec.json.Decoder(_Envelope)
 TPU_MARKERS = (b"google.com/tpu", b"gke-tpu-")
 
 
+_MARKER = re.compile(b"|".join(re.escape(marker) for marker in TPU_MARKERS))
+
+
 def has_tpu_marker(body: bytes) -> bool:
-    """Whether a marker appears: one scan for their common `tpu`, each hit checked in place (two
-    scans for the whole markers cost three times as much on a body that has neither)."""
-    at = body.find(b"tpu")
-    while at != -1:
-        if body[at - 11 : at + 3] == b"google.com/tpu" or body[at - 4 : at + 4] == b"gke-tpu-":
-            return True
-        at = body.find(b"tpu", at + 3)
-    return False
+    """Whether a marker appears: one regex scan for both (two `in` scans cost half as much
+    again on a body that has neither, and a scan for their common `tpu` stops at every name that
+    has it)."""
+    return _MARKER.search(body) is not None
 
 
 def parse_review_fast(body: bytes) -> tuple[str, Request, bool]:
