@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import base64
+from binascii import b2a_base64
 from typing import Any
 
 import orjson
@@ -21,7 +21,7 @@ def build_response(api_version: str, uid: str, verdict: Verdict, mode: str) -> d
         response["status"] = {"code": 403, "reason": "Forbidden", "message": aggregate(denials)}
     elif verdict.patch:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(orjson.dumps(list(verdict.patch))).decode()
+        response["patch"] = b2a_base64(orjson.dumps(verdict.patch), newline=False).decode()
     if warnings:
         response["warnings"] = [w.message for w in warnings]
     annotations = _audit_annotations(verdict, mode)
