@@ -75,6 +75,7 @@ class Accelerator:
     max_chips: int | None
     multiple_tpu_containers: bool
     shapes: Mapping[str, tuple[SliceShape, ...]] = field(repr=False)
+    chips_per_host: Mapping[str, tuple[int, ...]] = field(repr=False, default_factory=dict)
 
     @property
     def example_topology(self) -> str:
@@ -203,6 +204,10 @@ def build_accelerator(
         max_chips=max_chips,
         multiple_tpu_containers=multiple_tpu_containers,
         shapes={topology: tuple(options) for topology, options in shapes.items()},
+        chips_per_host={
+            topology: tuple(sorted({s.chips_per_host for s in options}))
+            for topology, options in shapes.items()
+        },
     )
 
 

@@ -83,10 +83,13 @@ def validate(
             else {(v.code, str(v.field)) for v in violations(old, workload, catalog, old_tpu)}
         )
         found = [v for v in found if v.advisory or (v.code, str(v.field)) not in before]
-    return Verdict(
-        denials=tuple(v for v in found if not v.advisory),
-        warnings=tuple(v for v in found if v.advisory),
-    )
+    if not found:
+        return ALLOW
+    denials: list[Violation] = []
+    warnings: list[Violation] = []
+    for v in found:
+        (warnings if v.advisory else denials).append(v)
+    return Verdict(denials=tuple(denials), warnings=tuple(warnings))
 
 
 def violations(

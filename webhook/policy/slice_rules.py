@@ -56,11 +56,11 @@ def check_host_counts(
     if hosts is None:
         return []
     found = []
-    fields = " and ".join(f"{'.'.join(hosts.controller)}.{n}" for n in hosts.host_counts)
     for name in hosts.host_counts:
         value = dig(obj, (*hosts.controller, name))
         if value == shape.hosts and not isinstance(value, bool):
             continue
+        fields = " and ".join(f"{'.'.join(hosts.controller)}.{n}" for n in hosts.host_counts)
         field = FieldPath.root(*hosts.controller, name)
         detail = f"{shape.describe()}; set {fields} to {shape.hosts}"
         if value is None:

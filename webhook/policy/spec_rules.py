@@ -18,8 +18,10 @@ from webhook.policy.violations import ErrorType, Violation
 
 
 def check_accelerator(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
-    field = tpu.selector.key(ACCELERATOR_LABEL)
     value = tpu.accelerator_value
+    if isinstance(value, str) and catalog.accelerator(value) is not None:
+        return []  # the common case, before any field path or message is built
+    field = tpu.selector.key(ACCELERATOR_LABEL)
     if value is None:
         if not tpu.chips:
             return []
@@ -73,9 +75,11 @@ def check_accelerator(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
 def check_topology(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
     if tpu.accelerator_value is None:
         return []
-    field = tpu.selector.key(TOPOLOGY_LABEL)
     accelerator = known_accelerator(tpu, catalog)
     value = tpu.topology_value
+    if accelerator is not None and isinstance(value, str) and catalog.shapes(accelerator, value):
+        return []  # the common case, before any field path or message is built
+    field = tpu.selector.key(TOPOLOGY_LABEL)
     if value is None:
         example = f' (e.g. "{accelerator.example_topology}")' if accelerator else ""
         return [
@@ -102,33 +106,34 @@ def check_topology(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
 
 
 def check_chip_counts(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
-    found = [
-        Violation(
-            "tpu.quantity-invalid",
-            r.field,
-            ErrorType.INVALID,
-            f"{TPU_RESOURCE} is a whole number of chips, such as 4",
-            r.value,
-        )
-        for r in tpu.chips
-        if r.chips is None
-    ]
+    found = []
+    for r in tpu.chips:
+        if r.chips is None:
+            found.append(
+                Violation(
+                    "tpu.quantity-invalid",
+                    r.field,
+                    ErrorType.INVALID,
+                    f"{TPU_RESOURCE} is a whole number of chips, such as 4",
+                    r.value,
+                )
+            )
     accelerator = known_accelerator(tpu, catalog)
     topology = tpu.topology_value
     if accelerator is None or not isinstance(topology, str):
         return found
-    options = catalog.shapes(accelerator, topology)
-    runs = sorted({s.chips_per_host for s in options})
+    runs = accelerator.chips_per_host.get(topology)
     if not runs:
+        return found  # an unknown topology: its own rule reports it
+    wrong = [r for r in tpu.chips if r.chips is not None and r.chips not in runs]
+    if not wrong:
         return found
     ok = " or ".join(map(str, runs))
     detail = (
         f"{accelerator.name} {topology} runs {ok} chips per host; set requests and limits to {ok}"
     )
     return found + [
-        Violation("tpu.chips-per-host", r.field, ErrorType.INVALID, detail, r.chips)
-        for r in tpu.chips
-        if r.chips is not None and r.chips not in runs
+        Violation("tpu.chips-per-host", r.field, ErrorType.INVALID, detail, r.chips) for r in wrong
     ]
 
 
@@ -181,14 +186,16 @@ def check_node_capacity(tpu: TpuSpec, shape: SliceShape | None) -> list[Violatio
         ("memory", machine.memory, machine.memory_text),
     ):
         # the request, or the limit Kubernetes will default it from
-        asking = [
-            (c, which, c.resources(which)[resource])
-            for c in tpu.containers
-            if not c.init
-            for which in [_request_or_limit(c, resource)]
-            if which is not None
-        ]
-        total = sum((quantity(v) or Decimal(0) for _, _, v in asking), Decimal(0))
+        asking: list[tuple[Container, str, object]] = []
+        total = Decimal(0)
+        for c in tpu.containers:
+            if c.init:
+                continue
+            which = "requests" if resource in c.requests else "limits"
+            if resource in c.resources(which):
+                value = c.resources(which)[resource]
+                asking.append((c, which, value))
+                total += quantity(value) or 0
         if total <= capacity:
             continue
         field = (
@@ -214,29 +221,24 @@ def check_node_capacity(tpu: TpuSpec, shape: SliceShape | None) -> list[Violatio
 
 
 def check_quantities(tpu: TpuSpec) -> list[Violation]:
-    return [
-        Violation(
-            "tpu.quantity-invalid",
-            c.resource_path(which, resource),
-            ErrorType.INVALID,
-            "must be a Kubernetes quantity, such as 10, 500m or 64Gi",
-            value,
-        )
-        for c in tpu.tpu_containers
-        for which in ("requests", "limits")
-        for resource, value in c.resources(which).items()
-        if resource in ("cpu", "memory") and quantity(value) is None
-    ]
+    found = []
+    for c in tpu.tpu_containers:
+        for which in ("requests", "limits"):
+            for resource, value in c.resources(which).items():
+                if (resource == "cpu" or resource == "memory") and quantity(value) is None:
+                    found.append(
+                        Violation(
+                            "tpu.quantity-invalid",
+                            c.resource_path(which, resource),
+                            ErrorType.INVALID,
+                            "must be a Kubernetes quantity, such as 10, 500m or 64Gi",
+                            value,
+                        )
+                    )
+    return found
 
 
 def _as_number(value: object) -> object:
     """A whole quantity prints as a number (`3`, as users wrote it), anything else as sent."""
     number = whole_number(value)
     return value if number is None else number
-
-
-def _request_or_limit(container: Container, resource: str) -> str | None:
-    for which in ("requests", "limits"):
-        if resource in container.resources(which):
-            return which
-    return None
