@@ -120,10 +120,17 @@ async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
         and content_type.split(b";", 1)[0].strip().lower() != b"application/json"
     ):
         raise HTTPProblem(400, "content type must be application/json")
+    message = await receive()
+    if message["type"] == "http.request" and not message.get("more_body", False):
+        body: bytes = message.get(
+            "body", b""
+        )  # the whole review at once, as the API server sends it
+        if len(body) > limit:
+            raise HTTPProblem(413, f"request body larger than {limit} bytes")
+        return body
     chunks: list[bytes] = []
     size = 0
     while True:
-        message = await receive()
         if message["type"] == "http.disconnect":
             raise HTTPProblem(400, "client disconnected")
         chunk = message.get("body", b"")
@@ -133,6 +140,7 @@ async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+        message = await receive()
 
 
 async def _respond(send: Send, status: int, data: bytes) -> None:

@@ -85,13 +85,10 @@ class WebhookHttpProtocol(HttpToolsProtocol):
             self._started = self.loop.time()  # a new request on a kept-alive connection
         super().data_received(data)
 
-    def on_headers_complete(self) -> None:
-        super().on_headers_complete()
-        if self._draining and self.cycle is not None:
-            self.cycle.keep_alive = False
-
     def on_message_complete(self) -> None:
         self._started = None
+        if self._draining and self.cycle is not None:
+            self.cycle.keep_alive = False  # answered with Connection: close
         super().on_message_complete()
 
     def shutdown(self) -> None:
