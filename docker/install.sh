@@ -44,7 +44,11 @@ pip() {
 pip wheel --no-cache-dir --no-deps --wheel-dir "$work/dist" "$work/src"
 pip install --no-cache-dir "$work"/dist/tpu_webhook-*.whl
 
+# The runtime needs neither pip nor setuptools: not shipping them leaves less to patch.
+pip uninstall --yes pip setuptools >/dev/null
+
 # Fail here, not at the first admission review, when the install is incomplete.
 "$venv/bin/python" -c 'import webhook.app, webhook.cli, webhook.server'
 test -x "$venv/bin/tpu-webhook"
-echo "$0: installed $("$venv/bin/python" -m pip --disable-pip-version-check show tpu-webhook | sed -n 's/^Version: //p') into $venv" >&2
+version=$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("tpu-webhook"))')
+echo "$0: installed tpu-webhook $version into $venv" >&2

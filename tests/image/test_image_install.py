@@ -14,7 +14,6 @@ import signal
 import socket
 import ssl
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -28,9 +27,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-INSTALL = REPO_ROOT / "docker" / "install.sh"
-INSTALL_TIMEOUT_S = 540
+from tests.image.conftest import INSTALL, INSTALL_TIMEOUT_S
+
 READY_TIMEOUT_S = 30
 STOP_TIMEOUT_S = 10
 
@@ -40,24 +38,6 @@ class Certs:
     ca: Path
     cert: Path
     key: Path
-
-
-@pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """docker/install.sh run into a new venv, exactly as the builder stage runs it."""
-    target = tmp_path_factory.mktemp("image") / "venv"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "VIRTUAL_ENV"))}
-    env["PYTHON"] = sys.executable
-    proc = subprocess.run(
-        ["sh", str(INSTALL), str(target), str(REPO_ROOT)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=INSTALL_TIMEOUT_S,
-        check=False,
-    )
-    assert proc.returncode == 0, f"install.sh failed:\n{proc.stdout}\n{proc.stderr}"
-    return target
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Security: TLS 1.2+ with AEAD ciphers only, client certificates, quiet logs and error bodies.
 
-The dependency audit is `make audit` (pip-audit), wired into CI by the Makefile, not a test.
+The dependency audit is tests/image/test_dependency_audit.py (what the image ships).
 """
 
 from __future__ import annotations
