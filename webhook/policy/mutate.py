@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from webhook.catalog.tpu import (
     JOB_COMPLETION_INDEX,
@@ -121,9 +121,15 @@ def worker_env(
         service = tpu.spec["subdomain"]  # the user's, even empty or of a wrong type
     else:
         service, ops, warnings = _subdomain(tpu, name, shape)
-    if isinstance(service, str) and service:
+    if _listable(service, name):
         env.append({"name": TPU_WORKER_HOSTNAMES, "value": hostnames(name, service, shape.hosts)})
     return env, ops, warnings
+
+
+def _listable(service: object, name: str) -> TypeGuard[str]:
+    """Whether the hostnames can be listed: a comma, the list's separator, is in no valid name
+    (the API server rejects the object after the mutation); a list with one is never written."""
+    return isinstance(service, str) and bool(service) and "," not in name and "," not in service
 
 
 def hostnames(name: str, service: str, hosts: int) -> str:
@@ -156,7 +162,7 @@ def _pod_worker_env(
         return [], [], []  # a Pod beyond the slice: nothing consistent to give it
     service, ops, warnings = _subdomain(tpu, job, shape)
     env: list[EnvVar] = [{"name": TPU_WORKER_ID, "value": index}]
-    if isinstance(service, str) and service:
+    if _listable(service, job):
         env.append({"name": TPU_WORKER_HOSTNAMES, "value": hostnames(job, service, shape.hosts)})
     return env, ops, warnings
 
