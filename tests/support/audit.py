@@ -21,11 +21,13 @@ import argparse
 import json
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from packaging.utils import canonicalize_name
 
@@ -95,8 +97,7 @@ def check(name: str, version: str) -> Finding:
     """What PyPI's project feed says about this release (raises on network errors)."""
     url = PYPI.format(name=canonicalize_name(name))
     try:
-        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
-            project = json.load(response)
+        project = _fetch(url)
     except urllib.error.HTTPError as error:
         if error.code == 404:
             return Finding(name, version)
@@ -115,6 +116,21 @@ def check(name: str, version: str) -> Finding:
         if not v.get("withdrawn")
     )
     return Finding(name, version, newest, advisories if newest == version else (), yanked)
+
+
+def _fetch(url: str, attempts: int = 3) -> Any:
+    """The JSON at `url`; a dropped connection or a timeout is retried (as pip retries)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
+                return json.load(response)
+        except urllib.error.HTTPError:
+            raise
+        except (urllib.error.URLError, TimeoutError, ConnectionError):
+            if attempt == attempts:
+                raise
+            time.sleep(attempt)
+    raise AssertionError("unreachable")
 
 
 def audit(packages: list[tuple[str, str]]) -> Report:
