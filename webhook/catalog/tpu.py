@@ -20,6 +20,7 @@ JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 LEGACY_JOB_NAME_LABEL = "job-name"
 POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 MAX_HOSTNAME_LENGTH = 63
+MAX_PORT_NAME_LENGTH = 15  # a container port's name is an IANA service name
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from webhook.catalog.tpu import (
     JOB_COMPLETION_INDEX,
     JOB_NAME_LABEL,
     LEGACY_JOB_NAME_LABEL,
+    MAX_PORT_NAME_LENGTH,
     TPU_WORKER_HOSTNAMES,
     TPU_WORKER_ID,
     Port,
@@ -58,17 +59,15 @@ def add_missing_ports(tpu: TpuSpec, ports: Iterable[Port]) -> list[PatchOp]:
     for container in tpu.tpu_containers:
         if container.init:
             continue
-        numbers: set[object] = set()
-        for p in _ports(container):
-            number = p.get("containerPort")
-            if isinstance(number, str | int | float):  # hashable: a list is the API server's
-                numbers.add(number)
+        numbers = _values(container.body.get("ports"), "containerPort")
         missing = []
         for port in ports:
             if port.container_port in numbers:
                 continue
             if taken is None:
-                taken = _scalars([p.get("name") for c in tpu.containers for p in _ports(c)])
+                taken = set()
+                for c in tpu.containers:
+                    taken |= _values(c.body.get("ports"), "name")
             name = _unique(port.name, taken, counters)
             taken.add(name)
             missing.append({"name": name, "containerPort": port.container_port, "protocol": "TCP"})
@@ -84,11 +83,7 @@ def add_missing_env(tpu: TpuSpec, env: list[EnvVar]) -> list[PatchOp]:
         if container.init:
             continue
         present = container.body.get("env")
-        names: set[str] = set()
-        for item in present if isinstance(present, list) else ():
-            name = item.get("name") if isinstance(item, dict) else None
-            if isinstance(name, str):
-                names.add(name)
+        names = _values(present, "name")
         missing = []
         for item in env:
             if item["name"] not in names:
@@ -105,8 +100,10 @@ def worker_env(
     hosts = workload.hosts
     if hosts is None:
         return _pod_worker_env(obj, workload, tpu, shape)
-    if hosts.indexed_mode is not None and dig(obj, hosts.mode_path) != hosts.indexed_mode[1]:
-        return [], [], []
+    if hosts.indexed_mode is not None:
+        mode, required = hosts.indexed_mode
+        if dig(obj, hosts.paths[mode]) != required:
+            return [], [], []
     env: list[EnvVar] = [
         {"name": TPU_WORKER_ID, "valueFrom": {"fieldRef": {"fieldPath": hosts.index_field_ref}}}
     ]
@@ -214,21 +211,12 @@ def _append(pointer: str, present: object, items: list[Any]) -> list[PatchOp]:
     return [{"op": "add", "path": pointer + "/-", "value": item} for item in items]
 
 
-def _ports(container: Container) -> list[Mapping[str, Any]]:
-    ports = container.body.get("ports")
-    found: list[Mapping[str, Any]] = []
-    for port in ports if isinstance(ports, list) else ():
-        if isinstance(port, dict):
-            found.append(port)
-    return found
-
-
 def _unique(name: str, taken: set[object], counters: dict[str, int]) -> str:
     """`name`, else `name-2`, `name-3`...: each call resumes where the last one stopped."""
     candidate, n = name, counters.get(name, 2)
     while candidate in taken:
         suffix = f"-{n}"
-        candidate, n = name[: 15 - len(suffix)] + suffix, n + 1
+        candidate, n = name[: MAX_PORT_NAME_LENGTH - len(suffix)] + suffix, n + 1
     counters[name] = n
     return candidate
 
@@ -245,6 +233,12 @@ def _small_number(text: str) -> bool:
     return text.isascii() and text.isdigit() and len(text) <= 9
 
 
-def _scalars(values: list[object]) -> set[object]:
-    """The hashable values (a list where a name belongs is the API server's to reject)."""
-    return {v for v in values if isinstance(v, str | int | float)}
+def _values(items: object, key: str) -> set[object]:
+    """`item[key]` of each mapping in a list (`ports`, `env`), where it is a scalar: a list
+    where a name belongs is the API server's to reject. A loop: see podspec.read_tpu_spec."""
+    found: set[object] = set()
+    for item in items if isinstance(items, list) else ():
+        value = item.get(key) if isinstance(item, dict) else None
+        if isinstance(value, str | int | float):
+            found.add(value)
+    return found

@@ -36,10 +36,10 @@ def check_indexed(obj: Mapping[str, Any], workload: Workload, shape: SliceShape)
     if hosts is None or hosts.indexed_mode is None:
         return []
     name, required = hosts.indexed_mode
-    value = dig(obj, (*hosts.controller, name))
+    value = dig(obj, hosts.paths[name])
     if value == required:
         return []
-    field = FieldPath.root(*hosts.controller, name)
+    field = FieldPath.root(*hosts.paths[name])
     detail = (
         f"{shape.accelerator} {shape.describe()}; set {name}: {required} so each Pod "
         f"knows its {TPU_WORKER_ID}"
@@ -57,11 +57,11 @@ def check_host_counts(
         return []
     found = []
     for name in hosts.host_counts:
-        value = dig(obj, (*hosts.controller, name))
+        value = dig(obj, hosts.paths[name])
         if value == shape.hosts and not isinstance(value, bool):
             continue
         fields = " and ".join(f"{'.'.join(hosts.controller)}.{n}" for n in hosts.host_counts)
-        field = FieldPath.root(*hosts.controller, name)
+        field = FieldPath.root(*hosts.paths[name])
         detail = f"{shape.describe()}; set {fields} to {shape.hosts}"
         if value is None:
             found.append(
@@ -138,11 +138,11 @@ def check_retries(obj: Mapping[str, Any], workload: Workload, shape: SliceShape)
     hosts = workload.hosts
     if hosts is None or hosts.retries is None:
         return []
-    value = dig(obj, (*hosts.controller, hosts.retries))
+    value = dig(obj, hosts.paths[hosts.retries])
     retries = hosts.retries_default if value is None else value
     if not isinstance(retries, int) or retries <= 0:
         return []
-    field = FieldPath.root(*hosts.controller, hosts.retries)
+    field = FieldPath.root(*hosts.paths[hosts.retries])
     detail = (
         f"retries restart one Pod at a time, and a restarted host cannot rejoin its slice of "
         f"{shape.hosts}; set {hosts.retries}: 0 and retry the whole Job (or use JobSet)"

@@ -28,11 +28,14 @@ class HostModel:
     retries: str | None = None  # field of controller whose non-zero value breaks a slice
     retries_default: int = 0
     count_defaults: Mapping[str, int] = field(default_factory=dict)  # what the API server fills
-    mode_path: Path = field(init=False, repr=False, compare=False)  # of indexed_mode's field
+    # from the object's root, each field of `controller` a rule or the mutation reads
+    paths: Mapping[str, Path] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         mode = () if self.indexed_mode is None else (self.indexed_mode[0],)
-        object.__setattr__(self, "mode_path", (*self.controller, *mode))
+        retries = () if self.retries is None else (self.retries,)
+        names = (*mode, *self.host_counts, *retries)
+        object.__setattr__(self, "paths", {n: (*self.controller, n) for n in names})
 
 
 @dataclass(frozen=True, slots=True)
