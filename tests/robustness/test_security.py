@@ -124,10 +124,8 @@ def test_a_client_certificate_from_another_ca_is_refused(tmp_path: Path) -> None
     stranger = make_serving_cert(stranger_ca, ["kube-apiserver"], client=True)
     (tmp_path / "stranger.crt").write_bytes(stranger.cert_pem)
     (tmp_path / "stranger.key").write_bytes(stranger.key_pem)
-    server = WebhookProcess(tmp_path, ["--client-ca-file", str(tmp_path / "ca.crt")])
+    server = WebhookProcess.requiring_client_certs(tmp_path)
     trusted = server.ssl_context()
-    trusted.load_cert_chain(str(tmp_path / "client.crt"), str(tmp_path / "client.key"))
-    server.ssl_context = lambda: trusted  # type: ignore[method-assign]
     with server:
         ok = http.client.HTTPSConnection("127.0.0.1", server.port, context=trusted)
         ok.request("GET", "/healthz")

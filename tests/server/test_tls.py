@@ -149,12 +149,8 @@ def test_rotated_certificate_reaches_new_connections_without_failing_a_request(
 
 def test_client_certificate_is_required_with_client_ca_file(tmp_path: Path) -> None:
     make_certs(tmp_path, client=True)
-    args = ["--client-ca-file", str(tmp_path / "ca.crt")]
-    server = WebhookProcess(tmp_path, args)
-    # readiness below needs a client certificate too
+    server = WebhookProcess.requiring_client_certs(tmp_path)
     with_cert = server.ssl_context()
-    with_cert.load_cert_chain(str(tmp_path / "client.crt"), str(tmp_path / "client.key"))
-    server.ssl_context = lambda: with_cert  # type: ignore[method-assign]
     with server:
         trusted = http.client.HTTPSConnection("127.0.0.1", server.port, context=with_cert)
         trusted.request("GET", "/healthz")

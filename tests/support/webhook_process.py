@@ -46,6 +46,12 @@ class WebhookProcess:
     port: int = field(default_factory=free_port)
     log: Path | None = None
     process: subprocess.Popen[bytes] | None = None
+    client_cert: bool = False  # our clients (readiness too) present certs/client.crt
+
+    @classmethod
+    def requiring_client_certs(cls, certs: Path) -> WebhookProcess:
+        """Served with --client-ca-file (certificates from `make_certs(certs, client=True)`)."""
+        return cls(certs, ["--client-ca-file", str(certs / "ca.crt")], client_cert=True)
 
     @property
     def url(self) -> str:
@@ -56,7 +62,10 @@ class WebhookProcess:
         return self.certs / "ca.crt"
 
     def ssl_context(self) -> ssl.SSLContext:
-        return ssl.create_default_context(cafile=str(self.ca_file))
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        if self.client_cert:
+            context.load_cert_chain(str(self.certs / "client.crt"), str(self.certs / "client.key"))
+        return context
 
     def start(self, timeout: float = 20.0) -> WebhookProcess:
         self.log = self.log or self.certs / f"webhook-{self.port}.log"
