@@ -10,7 +10,7 @@ INSTALLED := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip==26.3
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip==26.3 setuptools==84.2.1
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	rm -f $(VENV)/.installed-* && touch $@
 
