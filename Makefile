@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-CODE := webhook tests $(wildcard bench)
+CODE := webhook tests dev $(wildcard bench)
 INSTALLED := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
 .PHONY: install run fmt lint typecheck test test-unit test-e2e chart-test tools certs audit bench image-check clean chart-cel

@@ -25,7 +25,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from ruamel.yaml import YAML
 
-from tests.support.controlplane import REPO_ROOT, ControlPlane, tools_dir
+from dev.controlplane import REPO_ROOT, ControlPlane, tools_dir
 from webhook.catalog import load_catalog
 from webhook.policy.workloads import WORKLOADS
 from webhook.settings import Settings

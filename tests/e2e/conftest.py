@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from tests.support.controlplane import ControlPlane
+from dev.controlplane import ControlPlane
 from tests.support.webhook_process import WebhookProcess, make_certs
 from webhook.configs import url_webhook_configurations
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.controlplane import ControlPlane, tools_dir
+from dev.controlplane import ControlPlane, tools_dir
 from tests.support.manifest_cases import CASES, HEAD, Case
 from tests.unit.test_manifests import same_json
 

@@ -1,4 +1,4 @@
-"""A real, throw-away Kubernetes control plane for end-to-end tests.
+"""A real, throw-away Kubernetes control plane, for the end-to-end tests and `make run`.
 
 etcd, kube-apiserver and kube-controller-manager (plus kubectl and helm) are built
 from Go modules by ``tests/tools/build.sh`` and cached outside the repository.
@@ -43,7 +43,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from webhook.certs import make_ca
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 BUILD_SCRIPT = REPO_ROOT / "tests" / "tools" / "build.sh"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "helm")
 
