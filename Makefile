@@ -16,8 +16,8 @@ $(INSTALLED): pyproject.toml
 
 install: $(INSTALLED)
 
-run: install  ## the webhook on https://127.0.0.1:8443 with development certificates in certs/
-	$(BIN)/tpu-webhook serve
+run: install  ## the webhook live behind a local Kubernetes API server (dev/run.py); Ctrl-C stops it
+	$(BIN)/python -m dev.run $(RUN_ARGS)
 
 fmt: install
 	$(BIN)/ruff format $(CODE)
