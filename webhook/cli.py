@@ -37,6 +37,9 @@ PLUGIN_PROG = "kubectl tpu"  # kubectl runs `kubectl-tpu` from PATH for `kubectl
 def main(argv: Sequence[str] | None = None, prog: str = "tpu-webhook") -> int:
     parser = _parser(prog)
     args = parser.parse_args(argv)
+    if "run" not in args:  # no command: help, as kubectl and its plugins do
+        parser.print_help()
+        return EXIT_OK
     try:
         return int(args.run(args))
     except (CatalogError, ManifestError, OutputError) as error:
@@ -69,7 +72,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         epilog="Exit codes: 0 admitted, 1 denied, 2 unreadable input, 3 a bug in tpu-webhook.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="run the admission webhook over HTTPS")
     for flag, kind, text in (

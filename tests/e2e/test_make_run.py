@@ -15,7 +15,6 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -85,10 +84,10 @@ class MakeRun:
 
 
 @pytest.fixture
-def make_run_env() -> Iterator[dict[str, str]]:
+def make_run_env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("KUBECONFIG", None)
-    yield env
+    return env
 
 
 def processes_mentioning(text: str) -> list[str]:
