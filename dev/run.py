@@ -31,6 +31,7 @@ from dev.chart import url_mode_configurations
 from dev.controlplane import BUILD_SCRIPT, REPO_ROOT, ControlPlane, _child_setup
 from webhook.certs import make_ca, make_serving_cert, write_pair
 
+STARTED = time.monotonic()
 EXAMPLES = REPO_ROOT / "examples"
 SAYS = "# kubectl create says: "
 # A first build on 2 cores with empty Go caches: 261 s in all (tests/tools/README.md).
@@ -247,10 +248,12 @@ def print_walkthrough(control_plane: ControlPlane, bin_dir: Path, port: int) -> 
         say(f"  kubectl create -f {example.relative_to(REPO_ROOT)}")
         says = next((line for line in _comments(example) if line.startswith(SAYS)), "")
         if says:
-            say("      # " + _shorten(says.removeprefix(SAYS), 96))
+            say("      # " + _shorten(_gist(says.removeprefix(SAYS)), 100))
+    env = "{.spec.template.spec.containers[0].env}"
     say(
-        "\n  kubectl get job tpu-available-chips -o yaml    # the worker variables it added\n"
-        f"\nCtrl-C stops the webhook and the control plane and removes {control_plane.workdir}."
+        f"\n  kubectl get job tpu-available-chips -o jsonpath='{env}'   # what the webhook added\n"
+        f"\nReady in {time.monotonic() - STARTED:.0f} s. Ctrl-C stops the webhook and the control "
+        f"plane and removes {control_plane.workdir}."
     )
 
 
@@ -259,6 +262,12 @@ def _comments(path: Path) -> Iterator[str]:
         if not line.startswith("#"):
             return
         yield line
+
+
+def _gist(line: str) -> str:
+    """`denied: <message>` for kubectl's long denial line; other lines as they are."""
+    _, denied, message = line.partition(" denied the request: ")
+    return f"denied: {message}" if denied else line
 
 
 def _shorten(text: str, width: int) -> str:
