@@ -38,13 +38,16 @@ def test_the_chart_renders_both_configurations_calling_the_given_url_with_the_gi
 
 
 def test_the_api_server_accepts_them(control_plane: ControlPlane) -> None:
-    configurations = url_mode_configurations("https://127.0.0.1:9443", control_plane.ca_pem)
+    # a release of its own: the suite's registered configurations are named tpu-webhook
+    configurations = url_mode_configurations(
+        "https://127.0.0.1:9443", control_plane.ca_pem, release="dev-chart"
+    )
     manifest = "\n".join(json.dumps(c) for c in configurations)
     applied = control_plane.kubectl("create", "--dry-run=server", "-f", "-", input=manifest)
     assert applied.returncode == 0, applied.stderr
     assert applied.stdout.splitlines() == [
-        "mutatingwebhookconfiguration.admissionregistration.k8s.io/tpu-webhook created "
+        "mutatingwebhookconfiguration.admissionregistration.k8s.io/dev-chart-tpu-webhook created "
         "(server dry run)",
-        "validatingwebhookconfiguration.admissionregistration.k8s.io/tpu-webhook created "
-        "(server dry run)",
+        "validatingwebhookconfiguration.admissionregistration.k8s.io/dev-chart-tpu-webhook "
+        "created (server dry run)",
     ]
