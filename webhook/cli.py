@@ -20,6 +20,7 @@ from webhook.catalog.tpu import ACCELERATOR_LABEL, TOPOLOGY_LABEL, TPU_RESOURCE
 from webhook.certs import CA_FILE, make_ca, make_serving_cert, service_names, write_pair
 from webhook.offline import ManifestError, Result, admit, read_objects
 from webhook.policy.decide import Options
+from webhook.policy.rules import BY_CODE, RULES
 
 EXIT_OK, EXIT_DENIED, EXIT_UNREADABLE = 0, 1, 2
 
@@ -87,6 +88,11 @@ def _parser() -> argparse.ArgumentParser:
         if name == "check":
             command.add_argument("-o", "--output", choices=["text", "json"], default="text")
         command.set_defaults(run=run)
+
+    rules = sub.add_parser("rules", help="every rule code, or what one checks and how to fix it")
+    rules.add_argument("code", nargs="?", help="a rule code, e.g. tpu.chips-per-host")
+    rules.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    rules.set_defaults(run=_rules)
 
     explain = sub.add_parser("explain", help="what a TPU shape needs, with a ready manifest")
     explain.add_argument("accelerator")
@@ -158,6 +164,48 @@ def _render(args: argparse.Namespace) -> int:
             print(f"# {r.kind}/{r.name}: denied [{v.code}] {v.message}", file=sys.stderr)
     print(dump_yaml([r.stored for r in results]), end="")
     return EXIT_DENIED if any(not r.allowed for r in results) else EXIT_OK
+
+
+def _rules(args: argparse.Namespace) -> int:
+    chosen = list(RULES)
+    if args.code is not None:
+        rule = BY_CODE.get(args.code)
+        if rule is None:
+            print(f"error: no rule {args.code}; `tpu-webhook rules` lists them", file=sys.stderr)
+            return EXIT_UNREADABLE
+        chosen = [rule]
+    if args.output == "json":
+        rows = [
+            {
+                "code": r.code,
+                "severity": r.severity.value,
+                "checks": r.checks,
+                "warnsWhen": r.when_warning,
+                "why": r.why,
+                "fix": r.fix,
+                "example": r.example,
+            }
+            for r in chosen
+        ]
+        print(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode())
+        return EXIT_OK
+    if args.code is None:
+        width = max(len(r.code) for r in chosen)
+        for r in chosen:
+            print(f"{r.code:<{width}}  {r.severity.value:<15}  {r.checks}")
+        return EXIT_OK
+    (rule,) = chosen
+    print(f"{rule.code} ({rule.severity.value})")
+    for label, text in (
+        ("checks", rule.checks),
+        ("warns", rule.when_warning),
+        ("why", rule.why),
+        ("fix", rule.fix),
+        ("example", rule.example),
+    ):
+        if text:
+            print(f"  {label + ':':<9}{text}")
+    return EXIT_OK
 
 
 def _explain(args: argparse.Namespace) -> int:

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.catalog.tpu import ACCELERATOR_LABEL, TOPOLOGY_LABEL, TPU_RESOURCE
+from webhook.catalog.tpu import ACCELERATOR_LABEL, OPT_OUT_LABEL, TOPOLOGY_LABEL, TPU_RESOURCE
 from webhook.policy.workloads import WORKLOADS
 
-OPT_OUT_LABEL = "tpu-webhook.io/ignore"
 MODE_LABEL = "tpu-webhook.io/mode"
 
 
@@ -23,7 +22,8 @@ def tpu_match_expression() -> str:
     """
     by_spec: dict[tuple[str, ...], list[str]] = {}
     for workload in WORKLOADS.values():
-        by_spec.setdefault(workload.pod_spec, []).append(workload.kind)
+        for path in workload.pod_spec_paths:
+            by_spec.setdefault(path, []).append(workload.kind)
     branches = ""
     for path, kinds in by_spec.items():
         spec = ".".join(("object", *path))

@@ -458,13 +458,9 @@ def test_rules_and_match_conditions_cover_every_workload_the_server_knows(
     assert resources == {(w.group, w.resource) for w in WORKLOADS.values()}
     expression = entry["matchConditions"][0]["expression"]
     for workload in WORKLOADS.values():
-        # The CEL picks the pod spec per kind; a new workload kind needs its path there.
-        assert ".".join(("object", *workload.pod_spec)) in expression, workload.kind
-        assert workload.kind in ("Pod", "CronJob") or workload.pod_spec == (
-            "spec",
-            "template",
-            "spec",
-        )
+        # The CEL picks the pod specs per kind; a new workload kind needs its paths there.
+        for path in workload.pod_spec_paths:
+            assert ".".join(("object", *path)) in expression, workload.kind
 
 
 # ------------------------------------------------------------------------- webhooks
