@@ -20,6 +20,7 @@ FIXTURE = "operators"
 _build_error = pytest.StashKey[BaseException]()
 
 
+@pytest.hookimpl(trylast=True)  # after `-m`/`-k` deselected: `-m "not e2e"` builds nothing
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.option.collectonly:
         return

@@ -32,7 +32,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -278,6 +278,9 @@ class Operators:
     ``/readyz`` and (with ``webhooks``) every webhook configuration is live. ``stop()``
     removes the webhook configurations (their failure policy is Fail) and stops the
     processes. Logs go to the control plane's log dir (kept with it on failure).
+
+    ``webhooks=False`` leaves JobSet's and LWS's webhooks unregistered (LWS's unserved):
+    then both controllers panic on their first object (see tests/tools/README.md).
     """
 
     def __init__(
@@ -325,9 +328,13 @@ class Operators:
         deadline = began + self.start_timeout
         try:
             self.install_crds(builds.values(), deadline)
-            starters = {"jobset": self._start_jobset, "lws": self._start_lws}
+            starters = {
+                "jobset": self._start_jobset,
+                "lws": self._start_lws,
+                "kuberay": self._start_kuberay,
+            }
             for name, build in builds.items():
-                starters.get(name, self._start_kuberay)(build)
+                starters[name](build)
             for run in self.running.values():
                 url = f"http://127.0.0.1:{run.health_port}/readyz"
                 self._wait(f"{run.name} /readyz", deadline, functools.partial(_http_ok, url))
@@ -359,9 +366,10 @@ class Operators:
 
     # ------------------------------------------------------------------ CRDs
 
-    def install_crds(self, builds: Any, deadline: float) -> None:
+    def install_crds(self, builds: Iterable[OperatorBuild], deadline: float) -> None:
         """Server-side apply each build's CRDs (too large for client-side apply's
         last-applied annotation), then wait until they are Established."""
+        builds = list(builds)
         for build in builds:
             self.cp.kubectl(
                 "apply",
