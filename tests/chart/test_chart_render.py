@@ -44,6 +44,17 @@ EXPECTED_RULES = [
     {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]},
     {"apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs", "cronjobs"]},
     {"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments", "statefulsets"]},
+    {"apiGroups": ["jobset.x-k8s.io"], "apiVersions": ["v1alpha2"], "resources": ["jobsets"]},
+    {
+        "apiGroups": ["leaderworkerset.x-k8s.io"],
+        "apiVersions": ["v1"],
+        "resources": ["leaderworkersets"],
+    },
+    {
+        "apiGroups": ["ray.io"],
+        "apiVersions": ["v1"],
+        "resources": ["rayclusters", "rayjobs", "rayservices"],
+    },
 ]
 
 Manifest = dict[str, Any]
@@ -460,7 +471,10 @@ def test_rules_and_match_conditions_cover_every_workload_the_server_knows(
     for workload in WORKLOADS.values():
         # The CEL picks the pod specs per kind; a new workload kind needs its paths there.
         for path in workload.pod_spec_paths:
-            assert ".".join(("object", *path)) in expression, workload.kind
+            # a list step maps the list's items: object.<list>...map(i, i.<rest>)
+            head, _, tail = ".".join(path).partition(".*.")
+            assert f"object.{head}" in expression, workload.kind
+            assert not tail or f".map(i, i.{tail})" in expression, workload.kind
 
 
 # ------------------------------------------------------------------------- webhooks

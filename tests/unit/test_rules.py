@@ -60,6 +60,69 @@ def _subdomain_defaulted() -> dict[str, Any]:
     return job
 
 
+def _jobset(**network: Any) -> dict[str, Any]:
+    """A JobSet of a Pathways head and 2 v6e 4x4 slices; `network` as given."""
+    pod_spec = v4_job()["spec"]["template"]["spec"]
+    pod_spec = {
+        **pod_spec,
+        "nodeSelector": {
+            "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+            "cloud.google.com/gke-tpu-topology": "4x4",
+        },
+    }
+    del pod_spec["subdomain"]
+    slice_job = {
+        "parallelism": 4,
+        "completions": 4,
+        "backoffLimit": 0,
+        "template": {"spec": pod_spec},
+    }
+    head = {"template": {"spec": {"containers": [{"name": "head", "image": "pathways"}]}}}
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "train"},
+        "spec": {
+            "network": network,
+            "replicatedJobs": [
+                {"name": "head", "replicas": 1, "template": {"spec": head}},
+                {"name": "slice", "replicas": 2, "template": {"spec": slice_job}},
+            ],
+        },
+    }
+
+
+def _megascale() -> dict[str, Any]:
+    obj = _jobset()
+    container = obj["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    container["env"] = [{"name": "MEGASCALE_NUM_SLICES", "value": "3"}]
+    return obj
+
+
+def _leader_elsewhere() -> dict[str, Any]:
+    worker = {
+        "spec": {
+            "nodeSelector": {
+                "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+                "cloud.google.com/gke-tpu-topology": "4x4",
+            },
+            "containers": [{"name": "vllm", "image": "vllm", "resources": chips(4)}],
+        }
+    }
+    leader = {"spec": {**worker["spec"], "nodeSelector": {**worker["spec"]["nodeSelector"]}}}
+    leader["spec"]["nodeSelector"]["cloud.google.com/gke-tpu-topology"] = "2x4"
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "vllm"},
+        "spec": {
+            "leaderWorkerTemplate": {"size": 4, "leaderTemplate": leader, "workerTemplate": worker}
+        },
+    }
+
+
 # One input per code, whose messages include the registry's example.
 INPUTS: dict[str, Any] = {
     "tpu.accelerator-missing": lambda: pod(None, "2x4", **chips(4)),
@@ -88,6 +151,9 @@ INPUTS: dict[str, Any] = {
     "tpu.multihost-retries": lambda: v4_job(backoffLimit=None),
     "tpu.subdomain-defaulted": _subdomain_defaulted,
     "tpu.host-network-dns": _host_network,
+    "tpu.hostnames-disabled": lambda: _jobset(enableDNSHostnames=False),
+    "tpu.slice-shape-mismatch": _leader_elsewhere,
+    "tpu.multislice-env-conflict": _megascale,
 }
 
 
@@ -119,7 +185,7 @@ def test_codes_are_unique_dotted_kebab_case() -> None:
 
 def test_the_policy_names_no_code_the_registry_lacks() -> None:
     named = set()
-    for path in (ROOT / "webhook" / "policy").glob("*.py"):
+    for path in (ROOT / "webhook" / "policy").rglob("*.py"):
         if path.name != "rules.py":
             named |= set(re.findall(r'"(tpu\.[a-z-]+)"', path.read_text("utf-8")))
     assert named == set(BY_CODE)

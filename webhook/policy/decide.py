@@ -16,6 +16,7 @@ from webhook.policy.mutate import (
     copy_missing_limits,
     worker_env,
 )
+from webhook.policy.owners import jobset, leaderworkerset
 from webhook.policy.podspec import TpuSpec, read_tpu_spec, slice_shape
 from webhook.policy.violations import Violation
 from webhook.policy.workloads import Site, Workload
@@ -30,6 +31,9 @@ class Options:
     # Write TPU_WORKER_ID / TPU_WORKER_HOSTNAMES (and a subdomain) where they are missing.
     # False: only check what is set, for clusters where GKE's own injection is preferred.
     inject_worker_env: bool = True
+    # Write MEGASCALE_NUM_SLICES / _SLICE_ID / _COORDINATOR_ADDRESS into a JobSet's TPU
+    # replicatedJobs of several slices where missing (opt-in: GKE may inject them itself).
+    inject_megascale: bool = False
 
 
 class Verdict(
@@ -75,6 +79,8 @@ def mutate(
     for site, tpu in sites:
         ops += copy_missing_limits(tpu, options.copy_resources)
         ops += add_missing_ports(tpu, catalog.ports)
+        if options.inject_megascale and workload.kind == "JobSet" and tpu.chips:
+            ops += add_missing_env(tpu, jobset.megascale_env(obj, site))
         if not options.inject_worker_env or len(tpu.app_chips()) != 1:
             continue  # several TPU containers per host: projects number them differently
         shape = slice_shape(tpu, catalog)
@@ -123,6 +129,26 @@ def violations(obj: Mapping[str, Any], workload: Workload, catalog: Catalog) -> 
         found += spec_rules.check_node_capacity(tpu, shape)
         if shape.multi_host and tpu.chips:  # a Pod without chips is no host of the slice
             found += check_slice(obj, workload.kind, site, tpu, shape, context)
+    if context.owner is None:
+        found += check_owner(obj, workload.kind, sites, catalog)
+    return found
+
+
+def check_owner(
+    obj: Mapping[str, Any], kind: str, sites: list[tuple[Site, TpuSpec]], catalog: Catalog
+) -> list[Violation]:
+    """What belongs to an owner kind as a whole (its own field paths, its own numbering)."""
+    found: list[Violation] = []
+    if kind == "LeaderWorkerSet":
+        found += leaderworkerset.check(obj, sites, catalog)
+    elif kind == "JobSet":
+        for site, tpu in sites:
+            if not tpu.chips or skips_checks(tpu.annotations):
+                continue
+            found += jobset.check_multislice(obj, site, tpu)
+            shape = slice_shape(tpu, catalog)
+            if shape is not None and shape.multi_host:
+                found += jobset.check_slice(obj, site, tpu, shape)
     return found
 
 

@@ -112,7 +112,7 @@ def worker_env(
         if context.owner is not None and (context.owner.group, context.owner.kind) == JOB:
             return _pod_worker_env(obj, tpu, shape)
         return [], [], []
-    if context.owner is not None and not hosts.whole_slice_when_owned:
+    if not hosts.injects or (context.owner is not None and not hosts.whole_slice_when_owned):
         return [], [], []  # e.g. a LeaderWorkerSet's StatefulSet: only part of a slice
     if hosts.indexed_mode is not None:
         mode, required = hosts.indexed_mode

@@ -139,13 +139,54 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "tpu.multihost-parallelism",
         Severity.DENY,
-        "`parallelism` / `completions` (StatefulSet: `replicas`) that differ from the slice's "
-        "host count (from the slice annotation when set)",
+        "`parallelism` / `completions` (StatefulSet: `replicas`; a JobSet's replicatedJob "
+        "template; LeaderWorkerSet: `size` or `subGroupSize`, counting the leader only when it "
+        "requests chips; RayCluster: `numOfHosts`) that differ from the slice's host count "
+        "(from the slice annotation when set)",
         "",
         "JAX waits for every host of the slice: fewer Pods hang at start-up, more never fit",
         "set them to the host count the message gives",
         "spec.parallelism: Invalid value: 2: 2x2x4 = 16 chips at 4 per host needs 4 hosts; set "
         "spec.parallelism and spec.completions to 4",
+    ),
+    Rule(
+        "tpu.hostnames-disabled",
+        Severity.DENY,
+        "a JobSet with multi-host TPU slices and `spec.network.enableDNSHostnames: false`",
+        "",
+        "the hosts of a slice reach each other by hostname (TPU_WORKER_HOSTNAMES): without DNS "
+        "hostnames they have none, and JAX cannot initialise the slice",
+        "set `enableDNSHostnames: true` (the default)",
+        "spec.network.enableDNSHostnames: Invalid value: false: tpu-v6e-slice 4x4 = 16 chips at "
+        "4 per host needs 4 hosts, which reach each other by hostname; set it to true (the "
+        "default)",
+    ),
+    Rule(
+        "tpu.slice-shape-mismatch",
+        Severity.DENY,
+        "a LeaderWorkerSet leader that requests chips on another accelerator or topology than "
+        "its workers",
+        "",
+        "a leader with chips is host 0 of its workers' slice: on another slice it never joins",
+        "give the leader template the worker template's TPU selectors, or no chips",
+        "spec.leaderWorkerTemplate.leaderTemplate.spec.nodeSelector[cloud.google.com/gke-tpu-"
+        'topology]: Invalid value: "2x4": the leader requests chips, so it is host 0 of its '
+        "workers' tpu-v6e-slice 4x4 slice; set the worker template's \"4x4\"",
+    ),
+    Rule(
+        "tpu.multislice-env-conflict",
+        Severity.DENY_OR_WARN,
+        "a user-set `MEGASCALE_NUM_SLICES` other than the TPU replicatedJob's `replicas`, or a "
+        "literal `MEGASCALE_SLICE_ID` shared by several slices",
+        "for a `MEGASCALE_COORDINATOR_ADDRESS` other than the replicatedJob's first Pod (the "
+        "coordinator may run elsewhere)",
+        "JAX counts its processes as hosts x MEGASCALE_NUM_SLICES and numbers them by "
+        "MEGASCALE_SLICE_ID: a wrong count or a shared id hangs every slice at start-up",
+        "set MEGASCALE_NUM_SLICES to the replicatedJob's replicas (not the JobSet's global "
+        "replicas) and take MEGASCALE_SLICE_ID from the annotation jobset.sigs.k8s.io/job-index",
+        "spec.replicatedJobs[1].template.spec.template.spec.containers[0].env[0].value: Invalid "
+        'value: "3": replicatedJob "slice" runs 2 slices (one per Job, its replicas); set '
+        "MEGASCALE_NUM_SLICES to 2 or remove it",
     ),
     Rule(
         "tpu.multihost-unsupported-workload",

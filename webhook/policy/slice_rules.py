@@ -52,7 +52,7 @@ def check_indexed(obj: Mapping[str, Any], site: Site, shape: SliceShape) -> list
     name, required = hosts.indexed_mode
     path = site.resolve(hosts.paths[name])
     value = dig(obj, path)
-    if value == required:
+    if value == required or (value is None and hosts.indexed_default == required):
         return []
     field = FieldPath.of(path)
     detail = (
@@ -110,7 +110,7 @@ def check_worker_env(tpu: TpuSpec, shape: SliceShape, advisory: bool = False) ->
                     found.append(
                         Violation(
                             "tpu.worker-env-conflict",
-                            _env_value(container, position),
+                            env_value_field(container, position),
                             ErrorType.INVALID,
                             f"{TPU_WORKER_HOSTNAMES} lists {count} hosts but {shape.describe()}; "
                             f"list {listed} hostnames or remove it to let tpu-webhook set it",
@@ -122,7 +122,7 @@ def check_worker_env(tpu: TpuSpec, shape: SliceShape, advisory: bool = False) ->
                 found.append(
                     Violation(
                         "tpu.worker-env-conflict",
-                        _env_value(container, position),
+                        env_value_field(container, position),
                         ErrorType.INVALID,
                         f"{TPU_WORKER_ID} must be 0..{counts[-1] - 1} for a slice of "
                         f"{shape.hosts} hosts; remove it to let tpu-webhook set it",
@@ -167,7 +167,7 @@ def check_retries(obj: Mapping[str, Any], site: Site, shape: SliceShape) -> list
     field = FieldPath.of(path)
     detail = (
         f"retries restart one Pod at a time, and a restarted host cannot rejoin its slice of "
-        f"{shape.hosts}; set {hosts.retries}: 0 and retry the whole Job (or use JobSet)"
+        f"{shape.hosts}; set {hosts.retries}: 0 and {hosts.retry_advice}"
     )
     if value is None:
         return [
@@ -223,7 +223,7 @@ def _names_its_hosts(tpu: TpuSpec) -> bool:
     return False
 
 
-def _env_value(container: Container, position: int) -> FieldPath:
+def env_value_field(container: Container, position: int) -> FieldPath:
     return container.path.child("env").index(position).child("value")
 
 

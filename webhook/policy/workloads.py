@@ -29,13 +29,19 @@ class HostModel:
     service: Path | None  # field naming the headless Service; None: the pod spec's subdomain
     named_by_object: bool  # hostnames are `<metadata.name>-<i>`; False: names are generated
     indexed_mode: tuple[str, str] | None = None  # (field of controller, required value)
+    indexed_default: str | None = None  # what the owner's defaulting sets when it is unset
     retries: str | None = None  # field of controller whose non-zero value breaks a slice
     retries_default: int = 0
+    retry_advice: str = "retry the whole Job (or use JobSet)"
     count_defaults: Mapping[str, int] = field(default_factory=dict)  # what the API server fills
     # Whether the object is still a whole slice when a controller made it: a Job is (a JobSet's
     # or a CronJob's Job numbers its Pods like any Job); a StatefulSet may be part of one (a
     # LeaderWorkerSet's), so tpu-webhook writes no worker variables into it then.
     whole_slice_when_owned: bool = True
+    # Whether tpu-webhook writes the worker variables into this template at all (False where
+    # the owner's own machinery writes them per Pod: LeaderWorkerSet, KubeRay; or where they
+    # differ per child: a JobSet's Jobs get them when they are created).
+    injects: bool = True
     # from the object's root, each field of `controller` a rule or the mutation reads
     paths: Mapping[str, Path] = field(init=False, repr=False, compare=False)
 
@@ -187,6 +193,53 @@ STATEFULSET_HOSTS = HostModel(
     whole_slice_when_owned=False,
 )
 
+JOBSET_HOSTS = replace(
+    JOB_HOSTS,
+    controller=("spec", "replicatedJobs", EACH, "template", "spec"),
+    named_by_object=False,
+    indexed_default="Indexed",  # JobSet's webhook defaults it
+    retry_advice="let the JobSet's failurePolicy restart the whole JobSet",
+    injects=False,
+)
+# Templates whose hosts the owner's own rules count (policy/owners): nothing generic to check.
+OWNER_COUNTED = HostModel(
+    controller=(),
+    host_counts=(),
+    index_field_ref="",
+    service=None,
+    named_by_object=False,
+    injects=False,
+)
+LWS_TEMPLATE = ("spec", "leaderWorkerTemplate")
+RAY_CLUSTER_SPECS = {"RayCluster": ("spec",), "RayJob": ("spec", "rayClusterSpec")}
+RAY_CLUSTER_SPECS["RayService"] = ("spec", "rayClusterConfig")
+
+
+def _ray(kind: str, resource: str) -> Workload:
+    """A RayCluster spec (itself, or inside a RayJob or RayService): a head, and worker groups
+    of `numOfHosts` Pods per replica, each replica one slice."""
+    at = RAY_CLUSTER_SPECS[kind]
+    workers = HostModel(
+        controller=(*at, "workerGroupSpecs", EACH),
+        host_counts=("numOfHosts",),
+        index_field_ref="",
+        service=None,
+        named_by_object=False,
+        count_defaults={"numOfHosts": 1},
+        injects=False,
+    )
+    return Workload(
+        "ray.io",
+        "v1",
+        kind,
+        resource,
+        (
+            Template((*at, "headGroupSpec", "template"), OWNER_COUNTED),
+            Template((*at, "workerGroupSpecs", EACH, "template"), workers),
+        ),
+    )
+
+
 WORKLOADS: dict[tuple[str, str], Workload] = {
     (w.group, w.kind): w
     for w in (
@@ -214,6 +267,30 @@ WORKLOADS: dict[tuple[str, str], Workload] = {
             "statefulsets",
             (Template(POD_TEMPLATE, STATEFULSET_HOSTS),),
         ),
+        Workload(
+            "jobset.x-k8s.io",
+            "v1alpha2",
+            "JobSet",
+            "jobsets",
+            (
+                Template(
+                    ("spec", "replicatedJobs", EACH, "template", "spec", "template"), JOBSET_HOSTS
+                ),
+            ),
+        ),
+        Workload(
+            "leaderworkerset.x-k8s.io",
+            "v1",
+            "LeaderWorkerSet",
+            "leaderworkersets",
+            (
+                Template((*LWS_TEMPLATE, "leaderTemplate"), OWNER_COUNTED),
+                Template((*LWS_TEMPLATE, "workerTemplate"), OWNER_COUNTED),
+            ),
+        ),
+        _ray("RayCluster", "rayclusters"),
+        _ray("RayJob", "rayjobs"),
+        _ray("RayService", "rayservices"),
     )
 }
 
