@@ -127,8 +127,14 @@ def violations(obj: Mapping[str, Any], workload: Workload, catalog: Catalog) -> 
         if shape is None:
             continue
         found += spec_rules.check_node_capacity(tpu, shape)
-        if shape.multi_host and tpu.chips:  # a Pod without chips is no host of the slice
+        if not tpu.chips:
+            continue  # a Pod without chips is no host of the slice
+        if shape.multi_host:
             found += check_slice(obj, workload.kind, site, tpu, shape, context)
+        elif (
+            context.owner is None and site.template.hosts and site.template.hosts.counts_single_host
+        ):
+            found += slice_rules.check_host_counts(obj, site, shape)
     if context.owner is None:
         found += check_owner(obj, workload.kind, sites, catalog)
     return found

@@ -72,7 +72,8 @@ def check_host_counts(obj: Mapping[str, Any], site: Site, shape: SliceShape) -> 
     for name in hosts.host_counts:
         path = site.resolve(hosts.paths[name])
         value = dig(obj, path)
-        if value == shape.hosts and not isinstance(value, bool):
+        counted = hosts.count_defaults.get(name) if value is None else value
+        if counted == shape.hosts and not isinstance(counted, bool):
             continue
         # named from the root (spec.parallelism); inside a list item, as the item names them
         controller = () if site.indices else hosts.controller

@@ -42,6 +42,9 @@ class HostModel:
     # the owner's own machinery writes them per Pod: LeaderWorkerSet, KubeRay; or where they
     # differ per child: a JobSet's Jobs get them when they are created).
     injects: bool = True
+    # Whether the counts must match a single-host slice too (1): a RayCluster worker group's
+    # replica is one slice, so numOfHosts 2 on a one-host slice makes two half-wired "hosts".
+    counts_single_host: bool = False
     # from the object's root, each field of `controller` a rule or the mutation reads
     paths: Mapping[str, Path] = field(init=False, repr=False, compare=False)
 
@@ -227,6 +230,7 @@ def _ray(kind: str, resource: str) -> Workload:
         named_by_object=False,
         count_defaults={"numOfHosts": 1},
         injects=False,
+        counts_single_host=True,
     )
     return Workload(
         "ray.io",

@@ -70,8 +70,8 @@ def check_multislice(obj: Mapping[str, Any], site: Site, tpu: TpuSpec) -> list[V
         for position, name, value in literal_env(container):
             field = env_value_field(container, position)
             text = str(value)
-            if "$(" in text:
-                continue  # built from other variables when the container starts
+            if "$(" in text or not text.strip():
+                continue  # built from other variables when the container starts, or unset
             if name == MEGASCALE_NUM_SLICES and text.strip() != str(replicas):
                 found.append(
                     Violation(
