@@ -15,9 +15,9 @@ from pydantic import ValidationError
 from ruamel.yaml import YAML
 
 from webhook.admission.dispatch import Policy
-from webhook.catalog import CatalogError, SliceShape, load_catalog
-from webhook.catalog.tpu import ACCELERATOR_LABEL, TOPOLOGY_LABEL, TPU_RESOURCE
+from webhook.catalog import CatalogError, load_catalog
 from webhook.certs import CA_FILE, make_ca, make_serving_cert, service_names, write_pair
+from webhook.examples import KINDS, example_manifests
 from webhook.offline import ManifestError, Result, admit, read_objects
 from webhook.policy.decide import Options
 from webhook.policy.rules import BY_CODE, RULES
@@ -97,6 +97,12 @@ def _parser() -> argparse.ArgumentParser:
     explain = sub.add_parser("explain", help="what a TPU shape needs, with a ready manifest")
     explain.add_argument("accelerator")
     explain.add_argument("topology", nargs="?")
+    explain.add_argument(
+        "--kind",
+        choices=KINDS,
+        default="job",
+        help="print an Indexed Job and its headless Service (job) or a JobSet (jobset)",
+    )
     explain.add_argument("--catalog", type=Path)
     explain.set_defaults(run=_explain)
     return parser
@@ -230,52 +236,8 @@ def _explain(args: argparse.Namespace) -> int:
         return EXIT_DENIED
     for shape in shapes:
         print(f"  {shape.describe()}")
-    print(dump_yaml(example_manifests(shapes[-1])), end="")
+    print(dump_yaml(example_manifests(shapes[-1], args.kind)), end="")
     return EXIT_OK
-
-
-def example_manifests(shape: SliceShape, name: str = "tpu-job") -> list[dict[str, Any]]:
-    """A headless Service and an Indexed Job for the shape, ready for `kubectl create -f`."""
-    chips = str(shape.chips_per_host)
-    job: dict[str, Any] = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "backoffLimit": 0,
-            "completions": shape.hosts,
-            "parallelism": shape.hosts,
-            "completionMode": "Indexed",
-            "template": {
-                "spec": {
-                    "subdomain": name,
-                    "restartPolicy": "Never",
-                    "nodeSelector": {
-                        ACCELERATOR_LABEL: shape.accelerator,
-                        TOPOLOGY_LABEL: shape.topology,
-                    },
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": "python:3.11",
-                            "command": ["python", "-c", "import jax; print(jax.device_count())"],
-                            "resources": {
-                                "requests": {TPU_RESOURCE: chips},
-                                "limits": {TPU_RESOURCE: chips},
-                            },
-                        }
-                    ],
-                }
-            },
-        },
-    }
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name},
-        "spec": {"clusterIP": "None", "selector": {"job-name": name}},
-    }
-    return [service, job]
 
 
 def dump_yaml(documents: Sequence[Mapping[str, Any]]) -> str:

@@ -29,6 +29,9 @@ class Settings(BaseSettings):
     # Write TPU_WORKER_ID / TPU_WORKER_HOSTNAMES where missing; False only checks what is set
     # (for clusters where GKE's own injection into Indexed Jobs is preferred).
     inject_worker_env: bool = True
+    # Write MEGASCALE_NUM_SLICES / _SLICE_ID / _COORDINATOR_ADDRESS into a JobSet's TPU
+    # replicatedJobs of several slices where missing (opt-in: GKE may write them itself).
+    inject_megascale: bool = False
     cert_reload_seconds: float = Field(default=2.0, gt=0)
     # Longer than the API server's 90 s idle connection timeout: no new handshake after a lull.
     keep_alive_seconds: int = Field(default=120, ge=1)
