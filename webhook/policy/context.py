@@ -71,6 +71,13 @@ def controlling_owner(metadata: Mapping[str, Any]) -> Owner | None:
     return None
 
 
+def opted_out(obj: Mapping[str, Any]) -> bool:
+    """tpu-webhook.io/ignore: "true" on the object (its Context says the same)."""
+    metadata = obj.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, dict) else None
+    return isinstance(labels, dict) and labels.get(OPT_OUT_LABEL) == "true"
+
+
 def skips_checks(annotations: Mapping[str, Any]) -> bool:
     """GKE's escape hatch on a Pod (template)."""
     return annotations.get(SKIP_CHECK_ANNOTATION) == "true"

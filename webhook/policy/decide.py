@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 from webhook.catalog.tpu import TPU_RESOURCE, Catalog, SliceShape
 from webhook.policy import slice_rules, spec_rules
-from webhook.policy.context import Context, read_context, skips_checks
+from webhook.policy.context import Context, opted_out, read_context, skips_checks
 from webhook.policy.mutate import (
     PatchOp,
     add_missing_env,
@@ -86,11 +86,11 @@ def mutate(
     sites = tpu_sites(obj, workload)
     if not sites:
         return ALLOW
-    context = read_context(obj)
-    if context.opted_out:
+    if opted_out(obj):
         return ALLOW
     ops: list[PatchOp] = []
     warnings: list[Violation] = []
+    context: Context | None = None  # read only for a multi-host slice
     for site, tpu in sites:
         ops += copy_missing_limits(tpu, options.copy_resources)
         ops += add_missing_ports(tpu, catalog.ports)
@@ -100,6 +100,7 @@ def mutate(
             continue  # several TPU containers per host: projects number them differently
         shape = slice_shape(tpu, catalog)
         if shape is not None and shape.multi_host:
+            context = context or read_context(obj)
             env, extra_ops, found = worker_env(obj, site, tpu, shape, context)
             ops += extra_ops + add_missing_env(tpu, env)
             warnings += found

@@ -82,6 +82,8 @@ def add_missing_ports(tpu: TpuSpec, ports: Iterable[Port]) -> list[PatchOp]:
         name = _unique(port.name, names, counters)
         names.add(name)
         missing.append({"name": name, "containerPort": port.container_port, "protocol": "TCP"})
+    if not missing:
+        return []
     return _append(target.pointer("ports"), target.body.get("ports"), missing)
 
 
