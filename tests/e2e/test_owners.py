@@ -455,7 +455,9 @@ def ns_tpu_webhook_first(
     cp.kubectl("apply", "-f", "-", input=json.dumps(namespace), check=True)
     try:
         cp.kubectl("apply", "-f", "-", input="\n".join(map(json.dumps, copies)), check=True)
-        wait_until_denied(cp, name)  # the copies are live (the session's skip the namespace)
+        # the copies are live (the session's configurations skip the namespace)
+        wait_until_denied(cp, name)
+        wait_until_patched(cp, name)
         wait_for(
             lambda: cp.kubectl("get", "-n", name, "sa", "default").returncode == 0,
             f"serviceaccount {name}/default",
@@ -467,6 +469,40 @@ def ns_tpu_webhook_first(
                 "delete", copy["kind"].lower(), copy["metadata"]["name"], "--ignore-not-found"
             )
         cp.kubectl("delete", "namespace", name, "--wait=false")
+
+
+PATCH_CANARY = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "tpu-webhook-mutating-canary"},
+    "spec": {
+        "nodeSelector": {ACCELERATOR: "tpu-v5-lite-podslice", TOPOLOGY: "2x2"},
+        "containers": [{"name": "c", "image": "busybox", "resources": {"limits": {TPU: "4"}}}],
+    },
+}
+
+
+def wait_until_patched(cp: ControlPlane, ns: str) -> None:
+    """Until a dry-run TPU Pod comes back with the TPU ports tpu-webhook's mutation adds."""
+
+    def patched() -> bool:
+        result = cp.kubectl(
+            "create",
+            "--dry-run=server",
+            "-n",
+            ns,
+            "-o",
+            "json",
+            "-f",
+            "-",
+            input=json.dumps(PATCH_CANARY),
+        )
+        if result.returncode != 0:
+            return False
+        ports = json.loads(result.stdout)["spec"]["containers"][0].get("ports", [])
+        return 8471 in [p["containerPort"] for p in ports]
+
+    wait_for(patched, f"tpu-webhook's mutating webhook in {ns}")
 
 
 def test_lws_pods_are_the_same_when_tpu_webhook_mutates_before_lws(
