@@ -200,9 +200,8 @@ def read_tpu_spec(
     chips = _chip_requests(found)
     tpu_containers: list[Container] = []
     apps: list[ChipRequest] = []
-    for request in chips:
-        if request.container not in tpu_containers:
-            tpu_containers.append(request.container)
+    for request in chips:  # one per container: each container once, in order, no search
+        tpu_containers.append(request.container)
         if not request.container.init:
             apps.append(request)
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
