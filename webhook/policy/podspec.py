@@ -366,6 +366,8 @@ def _memo(value: object) -> bool:
     if isinstance(value, str):
         return len(value) <= MEMO_LENGTH
     return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
+
+
 _remembered_quantity = functools.lru_cache(maxsize=MEMO_SIZE)(_quantity)
 _remembered_whole_number = functools.lru_cache(maxsize=MEMO_SIZE)(_whole_number)
 
