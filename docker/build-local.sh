@@ -20,7 +20,7 @@
 #                         image.json (ref, id, size, build seconds)
 # A cache hit does nothing but make sure the image is in the local container storage. Builds are
 # serialised with flock and published by rename, so an interrupted build leaves no partial cache.
-# PIP_CERT (a CA bundle, e.g. of a TLS-inspecting proxy) reaches pip as the build secret pip-ca.
+# PIP_CERT (or the system CA bundle) reaches pip as the build secret pip-ca, in no layer.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -102,9 +102,12 @@ fi
 
 tmp="$(mktemp -d "$cache/.build-$image_key.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
+# pip in the build trusts what this machine trusts (PIP_CERT, else the system CA bundle, which
+# holds any TLS-inspecting proxy's CA installed here).
 secret=()
-if [[ -n "${PIP_CERT:-}" && -s "${PIP_CERT}" ]]; then
-  secret=(--secret "id=pip-ca,src=$PIP_CERT")
+ca_bundle="${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}"
+if [[ -s "$ca_bundle" ]]; then
+  secret=(--secret "id=pip-ca,src=$ca_bundle")
 fi
 start=$SECONDS
 log "building $ref from the Dockerfile on $base_ref"
