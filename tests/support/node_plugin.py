@@ -3,7 +3,8 @@
 Loaded from ``tests/conftest.py``. Like the control plane's tools, the image is built (or found
 in its cache) during collection, and only when a collected test uses one of these fixtures, so a
 cold build does not count against a test's timeout. ``cluster_node`` is separate from
-``control_plane``: tests that do not need a kubelet never start one. Figures (image size and
+``control_plane`` and lives for one test module: tests that do not need a kubelet never start
+one, and none keeps running after its module. Figures (image size and
 start-up, node start-up, the scenarios' counts) are printed in the terminal summary.
 """
 
@@ -61,11 +62,15 @@ def node_figures(request: pytest.FixtureRequest) -> dict[str, str]:
     return _figures_of(request.config, "one-node cluster")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def cluster_node(
     request: pytest.FixtureRequest, built_image: BuiltImage, node_figures: dict[str, str]
 ) -> Iterator[ClusterNode]:
-    """A control plane and one kubelet node (TPU-labelled) with the webhook image imported."""
+    """A control plane and one kubelet node (TPU-labelled) with the webhook image imported.
+
+    Per module: the kubelet, containerd and their Pods stop when the module's tests are done,
+    so they do not load the machine during the rest of the session.
+    """
     node = ClusterNode(tools_dir(), images=[built_image.archive])
     node.start()
     node_figures["node start (control plane, containerd, kubelet, Ready)"] = (
