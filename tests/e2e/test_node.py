@@ -15,6 +15,7 @@ kube-proxy). Scenarios, with kubectl as a user types it:
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import threading
 import time
@@ -142,10 +143,23 @@ def installed(
 # ----------------------------------------------------------------------------- the Pods
 
 
+def seconds_to_ready(pod: dict[str, Any]) -> float:
+    """From the container's start to the Pod's Ready condition (the API's 1 s resolution)."""
+    (status,) = pod["status"]["containerStatuses"]
+    started = dt.datetime.fromisoformat(status["state"]["running"]["startedAt"])
+    (ready_at,) = [
+        c["lastTransitionTime"] for c in pod["status"]["conditions"] if c["type"] == "Ready"
+    ]
+    return (dt.datetime.fromisoformat(ready_at) - started).total_seconds()
+
+
 def test_webhook_pods_become_ready_as_non_root_with_a_read_only_root(
-    installed: ClusterNode,
+    installed: ClusterNode, node_figures: dict[str, str]
 ) -> None:
     pods = webhook_pods(installed)
+    node_figures["webhook Pods: container start -> Ready"] = ", ".join(
+        f"{seconds_to_ready(p):.0f} s" for p in pods
+    )
     assert len(pods) == 2
     assert all(ready(p) for p in pods)
     assert {p["spec"]["nodeName"] for p in pods} == {NODE_NAME}
@@ -350,3 +364,48 @@ def test_deleting_a_webhook_pod_under_a_create_loop_loses_no_create(
     assert loop.failures == []
     assert loop.unpatched == 0
     assert loop.attempts > 50
+
+
+def test_the_loop_sees_an_outage_one_replica_without_pre_stop(
+    installed: ClusterNode, create_loop: CreateLoop, node_figures: dict[str, str]
+) -> None:
+    """Negative control: the zero failures above are the chart's doing, not a blind loop.
+
+    One replica and no preStop sleep: the deleted Pod stops serving at once and the new one is
+    not Ready yet, so the API server has no endpoint and (failurePolicy Fail) refuses creates.
+    """
+    kubectl_ok(
+        installed, "-n", SYSTEM, "patch", "deployment", DEPLOYMENT, "--type=json", "-p",
+        json.dumps([
+            {"op": "replace", "path": "/spec/replicas", "value": 1},
+            {"op": "remove", "path": "/spec/template/spec/containers/0/lifecycle"},
+        ]),
+    )  # fmt: skip
+    kubectl_ok(
+        installed, "-n", SYSTEM, "rollout", "status", f"deployment/{DEPLOYMENT}",
+        "--timeout=240s", timeout=260,
+    )  # fmt: skip
+
+    def one_ready_pod() -> str | None:
+        pods = webhook_pods(installed)
+        live = [p for p in pods if ready(p)]
+        return live[0]["metadata"]["name"] if len(pods) == 1 and live else None
+
+    victim = installed.wait_for("one Ready webhook Pod", one_ready_pod, SCENARIO_TIMEOUT_S)
+    with create_loop as loop:
+        time.sleep(SETTLE_S)
+        kubectl_ok(installed, "-n", SYSTEM, "delete", "pod", victim, "--timeout=120s")
+        installed.wait_for(
+            "a new Ready webhook Pod",
+            lambda: (name := one_ready_pod()) is not None and name != victim,
+            SCENARIO_TIMEOUT_S,
+        )
+        time.sleep(SETTLE_S)
+    node_figures["negative control (1 replica, no preStop): attempted / failed"] = (
+        f"{loop.attempts} / {len(loop.failures)}"
+    )
+    assert loop.failures
+    # The API server's words (JSON-escaped in the client's exception text).
+    assert all("failed calling webhook" in f for f in loop.failures)
+    assert all("no endpoints available for service" in f for f in loop.failures)
+    assert any("mutate.tpu-webhook.io" in f for f in loop.failures)
