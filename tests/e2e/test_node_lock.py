@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import node as node_module
+from tests.support import node_cleanup
 from tests.support.node import ClusterNode, NodeError, missing_debian_tools
 
 
@@ -51,10 +52,10 @@ def test_a_dead_nodes_leftovers_are_cleaned_before_the_next_start(
         "kubepods_before": True,  # leave the machine's cgroups alone in this test
     }
     (tmp_path / "node.json").write_text(json.dumps(state))
-    monkeypatch.setattr(node_module, "NETNS_DIR", tmp_path / "no-netns")
-    monkeypatch.setattr(node_module, "CONTAINER_LOGS_DIR", tmp_path / "no-logs")
-    monkeypatch.setattr(node_module, "RUN_CONTAINERD", tmp_path / "no-run-containerd")
-    monkeypatch.setattr(node_module, "BRIDGE", "tpuwh-none")  # a real node's bridge stays
+    monkeypatch.setattr(node_cleanup, "NETNS_DIR", tmp_path / "no-netns")
+    monkeypatch.setattr(node_cleanup, "CONTAINER_LOGS_DIR", tmp_path / "no-logs")
+    monkeypatch.setattr(node_cleanup, "RUN_CONTAINERD", tmp_path / "no-run-containerd")
+    monkeypatch.setattr(node_cleanup, "BRIDGE", "tpuwh-none")  # a real node's bridge stays
     node = ClusterNode(tmp_path / "no-tools", lock_timeout=0.5)
     node._acquire_lock()
     try:

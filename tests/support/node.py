@@ -22,6 +22,9 @@ cgroup v1, root, no CAP_SYS_RESOURCE in the bounding set):
   ``google.com/tpu`` in status.capacity and status.allocatable (capacity alone fails the first
   scheduling attempt).
 
+The configuration files are in tests/support/node_config.py, the tiny images in
+node_images.py, the cleanup in node_cleanup.py.
+
 One kubelet per machine (fixed port 10250, the ``kubepods`` cgroups, /run/containerd/s, netns
 names): ``ClusterNode`` holds an exclusive lock file for its lifetime and records what it started
 in a state file, so a session killed mid-run is cleaned up by the next one. ``stop()`` always tears
@@ -32,20 +35,15 @@ the paths, the bridge, the cgroups, then the control plane.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import fcntl
-import io
 import json
 import os
 import shutil
-import signal
 import subprocess
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from hashlib import sha256
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -60,32 +58,32 @@ from tests.support.controlplane import (
     _free_port,
     _stop_process,
 )
+from tests.support.node_cleanup import clean_up, machine_state
+from tests.support.node_config import (
+    ADMISSION_CONFIG,
+    CTR_NAMESPACE,
+    NODE_NAME,
+    PAUSE_IMAGE,
+    PRINTENV_IMAGE,
+    TPU_CHIPS,
+    TPU_LABELS,
+    TPU_RESOURCE,
+    cni_config,
+    containerd_config,
+    eth0_ipv4,
+    kubeconfig,
+    kubelet_config,
+    missing_debian_tools,
+)
+from tests.support.node_images import build_node_programs, write_image_archive
+
+__all__ = ["NODE_NAME", "PRINTENV_IMAGE", "TPU_LABELS", "ClusterNode", "NodeError"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-NODE_IMAGES_SRC = Path(__file__).resolve().parent / "nodeimages"
-
-NODE_NAME = "tpu-e2e-node"
-TPU_LABELS = {
-    "cloud.google.com/gke-tpu-accelerator": "tpu-v4-podslice",
-    "cloud.google.com/gke-tpu-topology": "2x2x4",
-}
-TPU_RESOURCE = "google.com/tpu"
-TPU_CHIPS = 16  # four v4 hosts' worth: the seed Job's 4 Pods x 4 chips all fit this one node
-PAUSE_IMAGE = "localhost/tpu-webhook-e2e/pause:1"
-PRINTENV_IMAGE = "localhost/tpu-webhook-e2e/printenv:1"
-POD_SUBNET = "10.244.0.0/24"  # inside this machine only: a bridge and netns made by this node
-BRIDGE = "tpuwh0"
-CTR_NAMESPACE = "k8s.io"
-
 LOCK_FILE = Path(tempfile.gettempdir()) / "tpu-webhook-e2e-node.lock"
 STATE_FILE = Path(tempfile.gettempdir()) / "tpu-webhook-e2e-node.json"
 LOCK_TIMEOUT_S = 30 * 60
 WORKDIR_PREFIX = "tpu-webhook-node-"
-NETNS_DIR = Path("/run/netns")
-CONTAINER_LOGS_DIR = Path("/var/log/containers")  # the kubelet's fixed symlink folder
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
-RUN_CONTAINERD = Path("/run/containerd")
 
 NODE_CONTROLLERS: tuple[str, ...] = (
     *DEFAULT_CONTROLLERS,
@@ -97,214 +95,9 @@ NODE_CONTROLLERS: tuple[str, ...] = (
     "node-lifecycle-controller",  # lifts the not-ready taint the kubelet registers with
 )
 
-#: Debian packages the node needs (installed by .ci/run).
-DEBIAN_TOOLS = {
-    "containerd": "containerd",
-    "ctr": "containerd",
-    "runc": "runc",
-    "/usr/lib/cni/bridge": "containernetworking-plugins",
-}
-
-# GKE's limit on the system-* priority classes (documented by Kubernetes as "limit priority
-# class consumption by default"): such Pods need a ResourceQuota for them in their namespace.
-ADMISSION_CONFIG = {
-    "apiVersion": "apiserver.config.k8s.io/v1",
-    "kind": "AdmissionConfiguration",
-    "plugins": [
-        {
-            "name": "ResourceQuota",
-            "configuration": {
-                "apiVersion": "apiserver.config.k8s.io/v1",
-                "kind": "ResourceQuotaConfiguration",
-                "limitedResources": [
-                    {
-                        "resource": "pods",
-                        "matchScopes": [
-                            {
-                                "scopeName": "PriorityClass",
-                                "operator": "In",
-                                "values": ["system-node-critical", "system-cluster-critical"],
-                            }
-                        ],
-                    }
-                ],
-            },
-        }
-    ],
-}
-
 
 class NodeError(ControlPlaneError):
     """The node could not be prepared, started or cleaned."""
-
-
-def missing_debian_tools() -> list[str]:
-    """Debian packages whose commands are absent (empty when the node can start)."""
-    return sorted(
-        {pkg for cmd, pkg in DEBIAN_TOOLS.items() if not (shutil.which(cmd) or Path(cmd).exists())}
-    )
-
-
-def eth0_ipv4() -> str:
-    """The machine's eth0 IPv4 address: the kubelet's --node-ip (loopback is refused)."""
-    out = subprocess.run(
-        ["ip", "-j", "-4", "addr", "show", "dev", "eth0"],
-        capture_output=True,
-        text=True,
-        timeout=10,
-        check=True,
-    ).stdout
-    for link in json.loads(out):
-        for addr in link.get("addr_info", []):
-            if addr.get("family") == "inet":
-                return str(addr["local"])
-    raise NodeError("eth0 has no IPv4 address for --node-ip")
-
-
-# ---------------------------------------------------------------------- one-layer images
-
-
-def build_node_programs(out: Path) -> dict[str, Path]:
-    """`pause` and `printenv` as static binaries (Go, standard library only)."""
-    env = dict(os.environ, CGO_ENABLED="0", GOTOOLCHAIN="local", GOFLAGS="-mod=mod")
-    built = {}
-    for name in ("pause", "printenv"):
-        target = out / name
-        subprocess.run(
-            ["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(target), f"./{name}"],
-            cwd=NODE_IMAGES_SRC,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=True,
-        )
-        built[name] = target
-    return built
-
-
-def write_image_archive(binary: Path, ref: str, archive: Path, user: str = "65535") -> Path:
-    """A docker-archive (`docker save` layout) with one layer holding `/<binary name>`."""
-    layer = io.BytesIO()
-    with tarfile.open(fileobj=layer, mode="w") as tar:
-        info = tar.gettarinfo(str(binary), arcname=binary.name)
-        info.uid = info.gid = 0
-        info.uname = info.gname = ""
-        info.mtime = 0
-        info.mode = 0o755
-        with binary.open("rb") as f:
-            tar.addfile(info, f)
-    layer_bytes = layer.getvalue()
-    diff_id = sha256(layer_bytes).hexdigest()
-    config = {
-        "architecture": "amd64",
-        "os": "linux",
-        "config": {"Entrypoint": [f"/{binary.name}"], "User": user, "Env": ["PATH=/"]},
-        "rootfs": {"type": "layers", "diff_ids": [f"sha256:{diff_id}"]},
-        "history": [{"created_by": f"tests/support/node.py: /{binary.name}"}],
-    }
-    config_bytes = json.dumps(config, sort_keys=True).encode()
-    config_name = sha256(config_bytes).hexdigest() + ".json"
-    manifest = [{"Config": config_name, "RepoTags": [ref], "Layers": [f"{diff_id}/layer.tar"]}]
-    with tarfile.open(archive, mode="w") as tar:
-        for name, data in (
-            (f"{diff_id}/layer.tar", layer_bytes),
-            (config_name, config_bytes),
-            ("manifest.json", json.dumps(manifest).encode()),
-        ):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return archive
-
-
-# ------------------------------------------------------------------------------- cleanup
-
-
-def _mounts_below(root: Path) -> list[str]:
-    """Mount points at or below `root`, deepest first (from /proc/self/mountinfo)."""
-    prefix = str(root).rstrip("/")
-    points = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        point = line.split()[4].replace("\\040", " ")
-        if point == prefix or point.startswith(prefix + "/"):
-            points.append(point)
-    return sorted(set(points), key=len, reverse=True)
-
-
-def _umount_below(root: Path) -> None:
-    for point in _mounts_below(root):
-        subprocess.run(["umount", "--lazy", point], capture_output=True, timeout=30, check=False)
-
-
-def _pids_with(needle: str) -> list[int]:
-    """PIDs whose command line contains `needle` (this node's unique socket path)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            if needle in (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(
-                errors="replace"
-            ):
-                found.append(int(proc.name))
-    return found
-
-
-def _kill(pids: Sequence[int]) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def _remove_cgroups(name: str) -> None:
-    """rmdir /sys/fs/cgroup/<controller>/<name> and everything below, deepest first."""
-    for controller in CGROUP_ROOT.iterdir():
-        top = controller / name
-        if not top.is_dir():
-            continue
-        dirs = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
-        for d in [*dirs, top]:
-            with contextlib.suppress(OSError):
-                d.rmdir()
-
-
-def clean_up(state: dict[str, Any]) -> None:
-    """Undo what a node recorded in its state, whether it stopped cleanly or died."""
-    workdir = Path(state["workdir"])
-    _kill([p for p in state.get("pids", []) if p != os.getpid()])
-    _kill(_pids_with(state["containerd_socket"]))  # the shims outlive containerd
-    _umount_below(workdir)
-    for ns in sorted(set(os.listdir(NETNS_DIR)) if NETNS_DIR.is_dir() else set()):
-        if ns not in state.get("netns_before", []):
-            subprocess.run(["ip", "netns", "delete", ns], capture_output=True, check=False)
-    subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True, check=False)
-    if not state.get("kubepods_before", False):
-        _remove_cgroups("kubepods")
-    if CONTAINER_LOGS_DIR.is_dir():
-        for link in CONTAINER_LOGS_DIR.iterdir():
-            with contextlib.suppress(OSError):
-                if link.is_symlink() and os.readlink(link).startswith(str(workdir)):
-                    link.unlink()
-    # containerd's fixed runtime folders (shim sockets, runc state): only empty ones go.
-    for d in (
-        RUN_CONTAINERD / "s",
-        RUN_CONTAINERD / "runc" / CTR_NAMESPACE,
-        RUN_CONTAINERD / "runc",
-    ):
-        with contextlib.suppress(OSError):
-            d.rmdir()
-    for d, existed in ((RUN_CONTAINERD, "run_containerd_before"), (NETNS_DIR, "netns_dir_before")):
-        if not state.get(existed, True):
-            with contextlib.suppress(OSError):
-                d.rmdir()  # only when empty
-    if "ip_forward_before" in state:
-        with contextlib.suppress(OSError):
-            IP_FORWARD.write_text(state["ip_forward_before"])
-    shutil.rmtree(workdir, ignore_errors=True)
-
-
-# ---------------------------------------------------------------------------------- node
 
 
 class ClusterNode:
@@ -402,11 +195,7 @@ class ClusterNode:
                 "workdir": str(self._workdir),
                 "containerd_socket": str(self.containerd_socket),
                 "pids": [],
-                "netns_before": sorted(os.listdir(NETNS_DIR)) if NETNS_DIR.is_dir() else [],
-                "kubepods_before": (CGROUP_ROOT / "memory" / "kubepods").exists(),
-                "ip_forward_before": IP_FORWARD.read_text().strip(),
-                "run_containerd_before": RUN_CONTAINERD.exists(),
-                "netns_dir_before": NETNS_DIR.exists(),
+                **machine_state(),
             }
             self._save_state()
             self._start(deadline=began + self.start_timeout)
@@ -569,15 +358,36 @@ class ClusterNode:
         self.node_ip = eth0_ipv4()
         for sub in ("pki", "containerd", "cni/net.d", "cni/ipam", "kubelet", "pod-logs", "images"):
             (wd / sub).mkdir(parents=True)
-        t0 = time.monotonic()
+        self._timed("control plane", self._start_control_plane)
+        self._timed("containerd + image import", lambda: self._start_containerd(deadline))
+        self._timed("kubelet -> node Ready", lambda: self._start_kubelet(deadline))
+        self._advertise_tpus()
+        self._spawn(
+            "kube-scheduler",
+            [
+                str(self.bin_dir / "kube-scheduler"),
+                f"--kubeconfig={self.cp.kubeconfig}",
+                f"--authentication-kubeconfig={self.cp.kubeconfig}",
+                f"--authorization-kubeconfig={self.cp.kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={_free_port()}",
+            ],
+        )
 
-        # The API server's client certificate towards the kubelet, from a CA only the kubelet
-        # trusts.
+    def _timed(self, step: str, run: Callable[[], None]) -> None:
+        began = time.monotonic()
+        run()
+        self.figures[step] = time.monotonic() - began
+
+    def _start_control_plane(self) -> None:
+        """With the node flags; the API server's client certificate towards the kubelet comes
+        from a CA only the kubelet trusts."""
+        pki = self.workdir / "pki"
         node_ca = _CA()
         client_crt, client_key = node_ca.issue(
             "kube-apiserver-kubelet-client", organizations=("system:masters",), client=True
         )
-        pki = wd / "pki"
         (pki / "node-ca.crt").write_bytes(_cert_pem(node_ca.cert))
         (pki / "kubelet-client.crt").write_bytes(client_crt)
         (pki / "kubelet-client.key").write_bytes(client_key)
@@ -596,162 +406,41 @@ class ClusterNode:
             ),
         )
         self.control_plane.start()
-        self.figures["control plane"] = time.monotonic() - t0
-
-        t0 = time.monotonic()
-        self._start_containerd(deadline)
-        programs = build_node_programs(wd / "images")
-        archives = [
-            write_image_archive(programs["pause"], PAUSE_IMAGE, wd / "images" / "pause.tar"),
-            write_image_archive(
-                programs["printenv"], PRINTENV_IMAGE, wd / "images" / "printenv.tar"
-            ),
-            *self.images,
-        ]
-        for archive in archives:
-            proc = self.ctr("images", "import", str(archive), timeout=300)
-            if proc.returncode != 0:
-                raise NodeError(f"ctr images import {archive}: {proc.stderr}")
-        self.figures["containerd + image import"] = time.monotonic() - t0
-
-        t0 = time.monotonic()
-        self._start_kubelet()
-        self.wait_for("node Ready", self._node_ready, timeout=max(5.0, deadline - time.monotonic()))
-        self.figures["kubelet -> node Ready"] = time.monotonic() - t0
-        self._advertise_tpus()
-        self._spawn(
-            "kube-scheduler",
-            [
-                str(self.bin_dir / "kube-scheduler"),
-                f"--kubeconfig={self.cp.kubeconfig}",
-                f"--authentication-kubeconfig={self.cp.kubeconfig}",
-                f"--authorization-kubeconfig={self.cp.kubeconfig}",
-                "--leader-elect=false",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={_free_port()}",
-            ],
-        )
 
     def _start_containerd(self, deadline: float) -> None:
         wd = self.workdir
-        cni = {
-            "cniVersion": "0.4.0",
-            "name": "tpu-webhook-e2e",
-            "plugins": [
-                {
-                    "type": "bridge",
-                    "bridge": BRIDGE,
-                    "isGateway": True,
-                    "ipMasq": False,
-                    "hairpinMode": True,
-                    "ipam": {
-                        "type": "host-local",
-                        "ranges": [[{"subnet": POD_SUBNET}]],
-                        "dataDir": str(wd / "cni" / "ipam"),
-                    },
-                }
-            ],
-        }
-        (wd / "cni" / "net.d" / "10-tpu-webhook-e2e.conflist").write_text(json.dumps(cni))
-        cri = 'plugins."io.containerd.grpc.v1.cri"'
-        config = f"""version = 2
-root = "{wd / "containerd" / "root"}"
-state = "{wd / "containerd" / "state"}"
-[grpc]
-  address = "{self.containerd_socket}"
-[ttrpc]
-  address = "{self.containerd_socket}.ttrpc"
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{wd / "containerd" / "opt"}"
-[{cri}]
-  sandbox_image = "{PAUSE_IMAGE}"
-  # The VM's bounding set lacks CAP_SYS_RESOURCE: a negative oom_score_adj cannot be set.
-  restrict_oom_score_adj = true
-  enable_selinux = false
-  [{cri}.containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [{cri}.containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [{cri}.containerd.runtimes.runc.options]
-        SystemdCgroup = false
-  [{cri}.cni]
-    bin_dir = "/usr/lib/cni"
-    conf_dir = "{wd / "cni" / "net.d"}"
-"""
+        net_d = wd / "cni" / "net.d"
+        (net_d / "10-tpu-webhook-e2e.conflist").write_text(
+            json.dumps(cni_config(wd / "cni" / "ipam"))
+        )
         conf = wd / "containerd" / "config.toml"
-        conf.write_text(config)
+        conf.write_text(containerd_config(wd / "containerd", self.containerd_socket, net_d))
         self._spawn("containerd", ["containerd", "--config", str(conf), "--log-level", "info"])
         self.wait_for(
             "containerd",
             lambda: self.ctr("version", timeout=10).returncode == 0,
             timeout=max(5.0, deadline - time.monotonic()),
         )
+        images = wd / "images"
+        programs = build_node_programs(images)
+        for archive in (
+            write_image_archive(programs["pause"], PAUSE_IMAGE, images / "pause.tar"),
+            write_image_archive(programs["printenv"], PRINTENV_IMAGE, images / "printenv.tar"),
+            *self.images,
+        ):
+            proc = self.ctr("images", "import", str(archive), timeout=300)
+            if proc.returncode != 0:
+                raise NodeError(f"ctr images import {archive}: {proc.stderr}")
 
-    def _start_kubelet(self) -> None:
+    def _start_kubelet(self, deadline: float) -> None:
         wd = self.workdir
         cert, key = self.cp.issue_cert(
             f"system:node:{NODE_NAME}", organizations=("system:nodes",), ip_addresses=()
         )
-
-        def b64(data: bytes) -> str:
-            return base64.b64encode(data).decode()
-
-        kubeconfig = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "e2e",
-                    "cluster": {
-                        "server": self.cp.server,
-                        "certificate-authority-data": b64(self.cp.ca_pem),
-                    },
-                }
-            ],
-            "users": [
-                {"name": "node", "user": {"client-certificate-data": b64(cert),
-                                          "client-key-data": b64(key)}}
-            ],
-            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "node"}}],
-            "current-context": "e2e",
-        }  # fmt: skip
-        (wd / "kubelet.kubeconfig").write_text(json.dumps(kubeconfig))
-        config = {
-            "apiVersion": "kubelet.config.k8s.io/v1beta1",
-            "kind": "KubeletConfiguration",
-            "failCgroupV1": False,
-            "cgroupDriver": "cgroupfs",
-            "failSwapOn": False,
-            "containerRuntimeEndpoint": f"unix://{self.containerd_socket}",
-            "address": self.node_ip,
-            "port": 10250,
-            "readOnlyPort": 0,
-            "healthzPort": 0,
-            "authentication": {
-                "anonymous": {"enabled": False},
-                "webhook": {"enabled": False},
-                "x509": {"clientCAFile": str(wd / "pki" / "node-ca.crt")},
-            },
-            "authorization": {"mode": "AlwaysAllow"},  # only node-CA clients get this far
-            "podLogsDir": str(wd / "pod-logs"),
-            "clusterDomain": "cluster.local",
-            "makeIPTablesUtilChains": False,
-            "registerNode": True,
-            "rotateCertificates": False,
-            "serializeImagePulls": False,
-            "imageGCHighThresholdPercent": 100,
-            "imageGCLowThresholdPercent": 99,
-            "evictionHard": {
-                "memory.available": "100Mi",
-                "nodefs.available": "1%",
-                "nodefs.inodesFree": "1%",
-                "imagefs.available": "1%",
-            },
-            "nodeStatusUpdateFrequency": "4s",
-            "syncFrequency": "10s",
-        }
-        (wd / "kubelet.json").write_text(json.dumps(config))
+        config = kubeconfig(self.cp.server, self.cp.ca_pem, cert, key)
+        (wd / "kubelet.kubeconfig").write_text(json.dumps(config))
+        settings = kubelet_config(wd, self.node_ip, self.containerd_socket)
+        (wd / "kubelet.json").write_text(json.dumps(settings))
         labels = ",".join(f"{k}={v}" for k, v in TPU_LABELS.items())
         self._spawn(
             "kubelet",
@@ -766,6 +455,7 @@ state = "{wd / "containerd" / "state"}"
                 "--v=2",
             ],
         )
+        self.wait_for("node Ready", self._node_ready, timeout=max(5.0, deadline - time.monotonic()))
 
     def _node_ready(self) -> bool:
         node = self.get_json("node", NODE_NAME)
