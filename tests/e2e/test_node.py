@@ -177,6 +177,29 @@ def test_webhook_pods_become_ready_as_non_root_with_a_read_only_root(
     assert critical["status"]["used"]["pods"] == "2"
 
 
+def test_the_api_server_calls_the_webhook_through_its_service(installed: ClusterNode) -> None:
+    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+        for entry in get_json(installed, kind, DEPLOYMENT)["webhooks"]:
+            assert entry["clientConfig"]["service"]["name"] == DEPLOYMENT
+            assert entry["clientConfig"]["service"]["namespace"] == SYSTEM
+            assert "url" not in entry["clientConfig"]
+    slices = get_json(
+        installed, "endpointslices", "-n", SYSTEM, "-l", f"kubernetes.io/service-name={DEPLOYMENT}"
+    )["items"]
+    served = {a for s in slices for e in s["endpoints"] for a in e["addresses"]}
+    assert served == {p["status"]["podIP"] for p in webhook_pods(installed)}
+    # The Service's ClusterIP does not route here (no kube-proxy): the API server resolves the
+    # Service to these endpoints itself (--enable-aggregator-routing), as a patched dry run shows.
+    _, job = seed_objects()
+    proc = installed.kubectl(
+        "create", "--dry-run=server", "-n", WORKLOADS, "-o", "json", "-f", "-",
+        input=json.dumps(job),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    env = json.loads(proc.stdout)["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert [e["name"] for e in env] == ["TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES"]
+
+
 def test_critical_pods_are_refused_in_a_namespace_without_the_quota(
     installed: ClusterNode,
 ) -> None:
