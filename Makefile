@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 CODE := webhook tests dev $(wildcard bench)
 INSTALLED := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: install run fmt lint typecheck test test-unit test-e2e chart-test tools certs audit bench image-check clean chart-cel
+.PHONY: install run fmt lint typecheck test test-unit test-e2e chart-test tools certs audit bench image image-check clean chart-cel
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,7 @@ typecheck: install
 
 tools:  ## kube-apiserver, kube-controller-manager, etcd, kubectl, helm from Go modules (cached)
 	bash tests/tools/build.sh
+	bash tests/tools/operators/build.sh  # JobSet, LeaderWorkerSet, KubeRay operators (cached)
 
 test-unit: install
 	$(BIN)/pytest -m "not e2e"
@@ -48,6 +49,9 @@ audit: install  ## known vulnerabilities in this environment (PyPI's advisory fe
 
 test: install lint typecheck tools  ## everything CI runs
 	$(BIN)/pytest
+
+image:  ## the image from the Dockerfile without a Docker engine (buildah, Debian base; cached)
+	bash docker/build-local.sh
 
 certs: install
 	$(BIN)/tpu-webhook certs --out certs

@@ -582,7 +582,7 @@ class ControlPlane:
                 f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
                 f"--service-account-key-file={sa_pub}",
                 f"--service-account-signing-key-file={sa_key}",
-                "--authorization-mode=RBAC",
+                *self._default_authorization_mode(),
                 "--allow-privileged=true",
                 "--endpoint-reconciler-type=none",
                 *self.extra_apiserver_args,
@@ -614,6 +614,12 @@ class ControlPlane:
             deadline,
             lambda: self._get_ok("/api/v1/namespaces/default/serviceaccounts/default"),
         )
+
+    def _default_authorization_mode(self) -> list[str]:
+        """RBAC, unless the extra arguments choose (the flag appends: RBAC twice is refused)."""
+        if any(a.startswith("--authorization-mode=") for a in self.extra_apiserver_args):
+            return []
+        return ["--authorization-mode=RBAC"]
 
     def _get_ok(self, path: str) -> bool:
         try:

@@ -252,4 +252,9 @@ def create_app(settings: Settings, tls: ServingTLS | None = None) -> WebhookApp:
     """Everything built once: catalog, derived tables, metrics. Raises CatalogError."""
     catalog = load_catalog(settings.catalog)
     copy = (TPU_RESOURCE, "cpu", "memory") if settings.copy_cpu_memory_limits else (TPU_RESOURCE,)
-    return WebhookApp(settings, Policy(catalog, Options(copy_resources=copy)), tls)
+    options = Options(
+        copy_resources=copy,
+        inject_worker_env=settings.inject_worker_env,
+        inject_megascale=settings.inject_megascale,
+    )
+    return WebhookApp(settings, Policy(catalog, options), tls)

@@ -1,4 +1,5 @@
-"""`tpu-webhook` (also `kubectl tpu`, a kubectl plugin): serve, certs, check, render, explain.
+"""`tpu-webhook` (also `kubectl tpu`, a kubectl plugin): serve, certs, check, render, rules,
+explain.
 
 Exit codes: 0 all admitted, 1 any denied (or an unknown accelerator), 2 input that cannot be read
 (one line naming the file and the problem), 3 a bug in tpu-webhook (one line, never a traceback).
@@ -18,17 +19,12 @@ from pydantic import ValidationError
 from webhook.admission.dispatch import Policy
 from webhook.catalog import CatalogError, load_catalog
 from webhook.certs import CA_FILE, make_ca, make_serving_cert, service_names, write_pair
+from webhook.examples import KINDS, example_manifests
 from webhook.manifests import ManifestError, read_objects
 from webhook.offline import Result, admit
-from webhook.output import (
-    OutputError,
-    accelerator_data,
-    dump,
-    example_manifests,
-    kubectl_list,
-    verdicts_text,
-)
+from webhook.output import OutputError, accelerator_data, dump, kubectl_list, verdicts_text
 from webhook.policy.decide import Options
+from webhook.policy.rules import BY_CODE, RULES
 
 EXIT_OK, EXIT_DENIED, EXIT_UNREADABLE, EXIT_BUG = 0, 1, 2, 3
 PLUGIN_PROG = "kubectl tpu"  # kubectl runs `kubectl-tpu` from PATH for `kubectl tpu ...`
@@ -119,9 +115,20 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         command.add_argument("-o", "--output", choices=formats, default=formats[0])
         command.set_defaults(run=run)
 
+    rules = sub.add_parser("rules", help="every rule code, or what one checks and how to fix it")
+    rules.add_argument("code", nargs="?", help="a rule code, e.g. tpu.chips-per-host")
+    rules.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
+    rules.set_defaults(run=_rules)
+
     explain = sub.add_parser("explain", help="what a TPU shape needs, with a ready manifest")
     explain.add_argument("accelerator", help="e.g. tpu-v6e-slice")
     explain.add_argument("topology", nargs="?", help="e.g. 4x4 (all topologies when omitted)")
+    explain.add_argument(
+        "--kind",
+        choices=KINDS,
+        default="job",
+        help="print an Indexed Job and its headless Service (job) or a JobSet (jobset)",
+    )
     explain.add_argument("--catalog", type=Path)
     explain.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
     explain.set_defaults(run=_explain)
@@ -197,6 +204,48 @@ def _render(args: argparse.Namespace) -> int:
     return EXIT_DENIED if any(not r.allowed for r in results) else EXIT_OK
 
 
+def _rules(args: argparse.Namespace) -> int:
+    chosen = list(RULES)
+    if args.code is not None:
+        rule = BY_CODE.get(args.code)
+        if rule is None:
+            print(f"error: no rule {args.code}; `tpu-webhook rules` lists them", file=sys.stderr)
+            return EXIT_UNREADABLE
+        chosen = [rule]
+    if args.output != "text":
+        rows = [
+            {
+                "code": r.code,
+                "severity": r.severity.value,
+                "checks": r.checks,
+                "warnsWhen": r.when_warning,
+                "why": r.why,
+                "fix": r.fix,
+                "example": r.example,
+            }
+            for r in chosen
+        ]
+        print(dump([rows], args.output), end="")
+        return EXIT_OK
+    if args.code is None:
+        width = max(len(r.code) for r in chosen)
+        for r in chosen:
+            print(f"{r.code:<{width}}  {r.severity.value:<15}  {r.checks}")
+        return EXIT_OK
+    (rule,) = chosen
+    print(f"{rule.code} ({rule.severity.value})")
+    for label, text in (
+        ("checks", rule.checks),
+        ("warns", rule.when_warning),
+        ("why", rule.why),
+        ("fix", rule.fix),
+        ("example", rule.example),
+    ):
+        if text:
+            print(f"  {label + ':':<9}{text}")
+    return EXIT_OK
+
+
 def _explain(args: argparse.Namespace) -> int:
     catalog = load_catalog(args.catalog)
     accelerator = catalog.accelerator(args.accelerator)
@@ -213,7 +262,7 @@ def _explain(args: argparse.Namespace) -> int:
             print(f"error: {accelerator.name} offers {accelerator.offered()}", file=sys.stderr)
             return EXIT_DENIED
     if args.output != "text":
-        print(dump([accelerator_data(accelerator, shapes)], args.output), end="")
+        print(dump([accelerator_data(accelerator, shapes, args.kind)], args.output), end="")
         return EXIT_OK
     print(f"{accelerator.name} ({accelerator.generation})")
     for m in accelerator.machine_types:
@@ -225,5 +274,5 @@ def _explain(args: argparse.Namespace) -> int:
         return EXIT_OK
     for shape in shapes:
         print(f"  {shape.describe()}")
-    print(dump(example_manifests(shapes[-1]), "yaml"), end="")
+    print(dump(example_manifests(shapes[-1], args.kind), "yaml"), end="")
     return EXIT_OK

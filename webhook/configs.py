@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.catalog.tpu import ACCELERATOR_LABEL, TOPOLOGY_LABEL, TPU_RESOURCE
-from webhook.policy.workloads import WORKLOADS
+from webhook.catalog.tpu import ACCELERATOR_LABEL, OPT_OUT_LABEL, TOPOLOGY_LABEL, TPU_RESOURCE
+from webhook.policy.workloads import EACH, WORKLOADS
 
-OPT_OUT_LABEL = "tpu-webhook.io/ignore"
 MODE_LABEL = "tpu-webhook.io/mode"
 
 
@@ -21,17 +20,15 @@ def tpu_match_expression() -> str:
     guarded with has(): an evaluation error counts as a webhook failure. The chart ships this
     text as files/tpu-workload.cel (`make chart-cel`; a test keeps the two identical).
     """
-    by_spec: dict[tuple[str, ...], list[str]] = {}
+    by_spec: dict[tuple[tuple[str, ...], ...], list[str]] = {}
     for workload in WORKLOADS.values():
-        by_spec.setdefault(workload.pod_spec, []).append(workload.kind)
+        paths = workload.pod_spec_paths
+        by_spec.setdefault(paths, []).append(workload.kind)
     branches = ""
-    for path, kinds in by_spec.items():
-        spec = ".".join(("object", *path))
-        guard = " && ".join(
-            f"has({'.'.join(('object', *path[: i + 1]))})" for i in range(len(path))
-        )
+    for paths, kinds in by_spec.items():
+        specs = " + ".join(_cel_specs("object", path) for path in paths)
         test = " || ".join(f"request.kind.kind == '{kind}'" for kind in kinds)
-        branches += f"({test})\n  ? ({guard} ? [{spec}] : [])\n  : "
+        branches += f"({test})\n  ? {specs}\n  : "
     wants = (
         f"has(c.resources)\n"
         f"    && ((has(c.resources.requests) && '{TPU_RESOURCE}' in c.resources.requests)\n"
@@ -48,19 +45,38 @@ def tpu_match_expression() -> str:
     )
 
 
+def _cel_specs(base: str, path: tuple[str, ...]) -> str:
+    """A CEL list of the pod specs at `path` under `base`; a `*` step maps a list's items."""
+
+    def guarded(root: str, steps: tuple[str, ...]) -> str:
+        return " && ".join(f"has({'.'.join((root, *steps[: i + 1]))})" for i in range(len(steps)))
+
+    if EACH not in path:
+        return f"({guarded(base, path)} ? [{'.'.join((base, *path))}] : [])"
+    at = path.index(EACH)
+    head, tail = path[:at], path[at + 1 :]
+    if EACH in tail:
+        raise ValueError(f"one list step per pod spec path: {path}")
+    items = ".".join((base, *head))
+    return (
+        f"({guarded(base, head)}\n      ? {items}.filter(i, {guarded('i', tail)})"
+        f".map(i, {'.'.join(('i', *tail))})\n      : [])"
+    )
+
+
 def _rules(operations: list[str]) -> list[dict[str, Any]]:
-    groups: dict[str, list[str]] = {}
+    groups: dict[tuple[str, str], list[str]] = {}
     for workload in WORKLOADS.values():
-        groups.setdefault(workload.group, []).append(workload.resource)
+        groups.setdefault((workload.group, workload.version), []).append(workload.resource)
     return [
         {
             "apiGroups": [group],
-            "apiVersions": ["v1"],
+            "apiVersions": [version],
             "resources": sorted(resources),
             "operations": operations,
             "scope": "Namespaced",
         }
-        for group, resources in groups.items()
+        for (group, version), resources in groups.items()
     ]
 
 

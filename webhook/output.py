@@ -1,5 +1,5 @@
 """What the CLI prints: verdicts as text, JSON or YAML, objects as YAML documents or a kubectl
-List, and the manifests `explain` suggests."""
+List, and `explain`'s data."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import orjson
 from ruamel.yaml import YAML
 
 from webhook.catalog import Accelerator, SliceShape
-from webhook.catalog.tpu import ACCELERATOR_LABEL, TOPOLOGY_LABEL, TPU_RESOURCE
+from webhook.examples import example_manifests
 from webhook.offline import Result
 
 # ruamel's representer recurses a few frames per level; kubectl reads 10,000 levels. Real
@@ -77,7 +77,9 @@ def verdicts_text(results: Sequence[Result]) -> str:
     return "".join(line + "\n" for line in lines)
 
 
-def accelerator_data(accelerator: Accelerator, shapes: Sequence[SliceShape]) -> dict[str, Any]:
+def accelerator_data(
+    accelerator: Accelerator, shapes: Sequence[SliceShape], kind: str = "job"
+) -> dict[str, Any]:
     """`explain -o json|yaml`: the accelerator, its shapes, and for one topology the manifests."""
     data: dict[str, Any] = {
         "accelerator": accelerator.name,
@@ -99,49 +101,5 @@ def accelerator_data(accelerator: Accelerator, shapes: Sequence[SliceShape]) -> 
         ],
     }
     if shapes and len({s.topology for s in shapes}) == 1:
-        data["manifests"] = example_manifests(shapes[-1])
+        data["manifests"] = example_manifests(shapes[-1], kind)
     return data
-
-
-def example_manifests(shape: SliceShape, name: str = "tpu-job") -> list[dict[str, Any]]:
-    """A headless Service and an Indexed Job for the shape, ready for `kubectl create -f`."""
-    chips = str(shape.chips_per_host)
-    job: dict[str, Any] = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "backoffLimit": 0,
-            "completions": shape.hosts,
-            "parallelism": shape.hosts,
-            "completionMode": "Indexed",
-            "template": {
-                "spec": {
-                    "subdomain": name,
-                    "restartPolicy": "Never",
-                    "nodeSelector": {
-                        ACCELERATOR_LABEL: shape.accelerator,
-                        TOPOLOGY_LABEL: shape.topology,
-                    },
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": "python:3.11",
-                            "command": ["python", "-c", "import jax; print(jax.device_count())"],
-                            "resources": {
-                                "requests": {TPU_RESOURCE: chips},
-                                "limits": {TPU_RESOURCE: chips},
-                            },
-                        }
-                    ],
-                }
-            },
-        },
-    }
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name},
-        "spec": {"clusterIP": "None", "selector": {"job-name": name}},
-    }
-    return [service, job]

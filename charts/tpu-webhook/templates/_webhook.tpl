@@ -34,8 +34,10 @@ clientConfig:
 
 {{/*
 Rules for every supported kind. Call with the list of operations. Pods are core/v1, Jobs and
-CronJobs batch/v1, Deployments and StatefulSets apps/v1; matchPolicy Equivalent also sends
-requests made through other versions of the same resources, converted to these.
+CronJobs batch/v1, Deployments and StatefulSets apps/v1, JobSets jobset.x-k8s.io/v1alpha2,
+LeaderWorkerSets leaderworkerset.x-k8s.io/v1, RayClusters, RayJobs and RayServices ray.io/v1;
+matchPolicy Equivalent also sends requests made through other versions of the same resources,
+converted to these.
 */}}
 {{- define "tpu-webhook.rules" -}}
 {{- $ops := . -}}
@@ -53,6 +55,22 @@ rules:
   - apiGroups: ["apps"]
     apiVersions: ["v1"]
     resources: ["deployments", "statefulsets"]
+    operations: {{ toJson $ops }}
+    scope: Namespaced
+  # Owners of TPU slices (their CRDs may be absent: a rule for a missing resource matches nothing).
+  - apiGroups: ["jobset.x-k8s.io"]
+    apiVersions: ["v1alpha2"]
+    resources: ["jobsets"]
+    operations: {{ toJson $ops }}
+    scope: Namespaced
+  - apiGroups: ["leaderworkerset.x-k8s.io"]
+    apiVersions: ["v1"]
+    resources: ["leaderworkersets"]
+    operations: {{ toJson $ops }}
+    scope: Namespaced
+  - apiGroups: ["ray.io"]
+    apiVersions: ["v1"]
+    resources: ["rayclusters", "rayjobs", "rayservices"]
     operations: {{ toJson $ops }}
     scope: Namespaced
 {{- end }}
