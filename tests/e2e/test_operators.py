@@ -1,7 +1,7 @@
 """The real JobSet, LeaderWorkerSet and KubeRay operators create their children.
 
 Smoke scenarios typed as a user would (`kubectl apply -f -`, `kubectl get -o json`), with
-JobSet's and LWS's own webhooks on (url mode, see tests/support/operators.py). There is
+JobSet's and LWS's own webhooks on (url mode, see dev/operators.py). There is
 no scheduler or kubelet: Pods stay Pending, so what is asserted is what the controllers
 and admission create. The namespaces opt out of tpu-webhook (`tpu-webhook.io/ignore`),
 which another test of the session may have registered: these tests are about the
@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import pytest
 
 from dev.controlplane import ControlPlane
-from tests.support.operators import Operators
+from dev.operators import Operators
 
 pytestmark = pytest.mark.e2e
 

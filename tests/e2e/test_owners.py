@@ -27,8 +27,8 @@ from typing import Any, TypeVar
 import pytest
 
 from dev.controlplane import REPO_ROOT, ControlPlane
+from dev.operators import Operators
 from tests.e2e.conftest import wait_until_denied
-from tests.support.operators import Operators
 from tests.support.webhook_process import WebhookProcess
 from webhook.catalog.tpu import OPT_OUT_LABEL
 

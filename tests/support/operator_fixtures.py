@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from dev.controlplane import ControlPlane
-from tests.support.operators import Operators, operator_builds
+from dev.operators import Operators, operator_builds
 
 FIXTURE = "operators"
 

@@ -2,7 +2,9 @@
 
 Each operator's controller manager is built from its released Go module by
 ``tests/tools/operators/build.sh`` (cached outside the repository, with the CRDs and
-webhook manifests of the same module version). :class:`Operators` installs the CRDs
+webhook manifests of the same module version). :func:`crd_dirs` finds the CRDs alone
+without a build (`make run`'s default): a build's ``crds/`` when one of that version is
+cached, else the module zip from the Go module proxy. :class:`Operators` installs the CRDs
 (server-side apply, then waits until Established), starts each manager as a process on
 loopback with the control plane's admin kubeconfig, leader election off, metrics and
 health probes on free loopback ports, and always stops them.
@@ -18,6 +20,9 @@ shared machine would fight over. Usage::
 
     with ControlPlane() as cp, Operators(cp) as ops:
         cp.kubectl("apply", "-f", "jobset.yaml", check=True)
+
+    with ControlPlane() as cp:  # the kinds only: objects are stored, nothing acts on them
+        install_crds(cp, crd_dirs().values(), time.monotonic() + 120)
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import copy
 import functools
 import json
 import os
+import shutil
 import subprocess
 import time
 import urllib.error
@@ -49,8 +55,16 @@ from dev.controlplane import (
     _stop_process,
 )
 
-BUILD_SCRIPT = REPO_ROOT / "tests" / "tools" / "operators" / "build.sh"
+OPERATORS_DIR = REPO_ROOT / "tests" / "tools" / "operators"
+BUILD_SCRIPT = OPERATORS_DIR / "build.sh"
 NAMES: tuple[str, ...] = ("jobset", "lws", "kuberay")
+TITLES = {"jobset": "JobSet", "lws": "LeaderWorkerSet", "kuberay": "KubeRay"}
+#: Where each module keeps its CRDs (build.sh's crd_dir; a test compares the two sources).
+CRD_PATHS = {
+    "jobset": "config/components/crd/bases",
+    "lws": "config/crd/bases",
+    "kuberay": "config/crd/bases",
+}
 #: Operators whose own webhooks run (see the module docstring for KubeRay's).
 WEBHOOK_OPERATORS: tuple[str, ...] = ("jobset", "lws")
 BUILD_TIMEOUT_S = 60 * 60  # cold: a few minutes per operator on 2 cores; slow proxies
@@ -107,7 +121,12 @@ def operator_builds(names: tuple[str, ...] = NAMES) -> dict[str, OperatorBuild]:
         )
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
         raise OperatorError(f"{BUILD_SCRIPT} failed: {exc}") from exc
-    dirs = proc.stdout.strip().splitlines()
+    return builds_from(names, proc.stdout)
+
+
+def builds_from(names: Sequence[str], stdout: str) -> dict[str, OperatorBuild]:
+    """The builds build.sh named on its stdout (one folder per name, in order)."""
+    dirs = stdout.strip().splitlines()
     if len(dirs) != len(names):
         raise OperatorError(f"{BUILD_SCRIPT} printed {dirs!r} for {names!r}")
     builds = {name: OperatorBuild(name, Path(d)) for name, d in zip(names, dirs, strict=True)}
@@ -115,6 +134,109 @@ def operator_builds(names: tuple[str, ...] = NAMES) -> dict[str, OperatorBuild]:
         if not build.manager.is_file() or not any(build.crds.glob("*.yaml")):
             raise OperatorError(f"{build.dir} lacks manager or CRDs")
     return builds
+
+
+# -------------------------------------------------------------------------------- CRDs
+
+
+def pinned_module(name: str) -> tuple[str, str]:
+    """(module, version) of an operator, as its go.mod pins it (build.sh reads the same line:
+    the one single-line `require`)."""
+    for line in (OPERATORS_DIR / name / "go.mod").read_text().splitlines():
+        words = line.split()
+        if len(words) == 3 and words[0] == "require" and words[1] != "(":
+            return words[1], words[2]
+    raise OperatorError(f"{OPERATORS_DIR / name / 'go.mod'} pins no operator module")
+
+
+def cache_root() -> Path:
+    """build.sh's ``$cache_root``."""
+    tools = os.environ.get("TPU_WEBHOOK_TOOLS_CACHE") or str(
+        Path.home() / ".cache" / "tpu-webhook" / "tools"
+    )
+    return Path(tools) / "operators"
+
+
+def cached_crds(name: str) -> Path | None:
+    """``crds/`` of a finished build of the pinned version (any build key: the CRDs are the
+    module zip's), or None."""
+    _, version = pinned_module(name)
+    done = [
+        d / "crds"
+        for d in sorted(cache_root().glob(f"{name}-{version}-*"))
+        if (d / "build-info").is_file() and any((d / "crds").glob("*.yaml"))
+    ]
+    return done[-1] if done else None
+
+
+def module_crds(name: str) -> Path:
+    """The CRD folder inside the pinned module, downloaded (module zip only, no dependencies,
+    no build) by `go mod download -json` into the Go module cache if not already there."""
+    module, version = pinned_module(name)
+    if shutil.which("go") is None:
+        raise OperatorError(f"Go is not installed to download {module}@{version}")
+    env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly"}
+    try:
+        proc = subprocess.run(
+            ["go", "mod", "download", "-json", f"{module}@{version}"],
+            cwd=OPERATORS_DIR / name,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise OperatorError(f"go mod download {module}@{version}: {exc}") from exc
+    try:
+        info = json.loads(proc.stdout)
+    except ValueError:
+        info = {}
+    if proc.returncode != 0 or info.get("Error") or not info.get("Dir"):
+        problem = info.get("Error") or proc.stderr.strip() or f"exit {proc.returncode}"
+        raise OperatorError(f"go mod download {module}@{version}: {problem}")
+    crds = Path(info["Dir"]) / CRD_PATHS[name]
+    if not any(crds.glob("*.yaml")):
+        raise OperatorError(f"{module}@{version} has no CRDs in {CRD_PATHS[name]}")
+    return crds
+
+
+def crd_dirs(
+    names: Sequence[str] = NAMES, on_download: Callable[[str, str], None] | None = None
+) -> dict[str, Path]:
+    """Each operator's CRD folder: its cached build's, else its module's (downloaded when
+    missing; ``on_download(module, version)`` is called first, to show progress)."""
+    found: dict[str, Path] = {}
+    for name in names:
+        cached = cached_crds(name)
+        if cached is None and on_download is not None:
+            on_download(*pinned_module(name))
+        found[name] = cached or module_crds(name)
+    return found
+
+
+def crd_files(dirs: Iterable[Path]) -> list[Path]:
+    """The CRD manifests of each folder (``*.yaml``, as build.sh copies them)."""
+    return [f for d in dirs for f in sorted(d.glob("*.yaml"))]
+
+
+def install_crds(control_plane: ControlPlane, dirs: Iterable[Path], deadline: float) -> None:
+    """Server-side apply the CRDs (too large for client-side apply's last-applied
+    annotation), then wait until they are Established."""
+    files = [arg for f in crd_files(dirs) for arg in ("-f", str(f))]
+    ssa = ["apply", "--server-side", f"--field-manager={FIELD_MANAGER}"]
+    control_plane.kubectl(*ssa, *files, check=True, timeout=120)
+    while True:
+        remaining = max(1, int(deadline - time.monotonic()))
+        wait = ["wait", "--for=condition=Established", f"--timeout={remaining}s", *files]
+        result = control_plane.kubectl(*wait, timeout=remaining + 30)
+        # A CRD the API server has not given conditions yet fails `kubectl wait` at once
+        # (".status.conditions accessor error"): ask again.
+        if result.returncode == 0 or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    if result.returncode != 0:
+        raise OperatorError(f"CRDs not Established: {result.stderr.strip()}")
 
 
 # ---------------------------------------------------------------------------- webhooks
@@ -367,30 +489,8 @@ class Operators:
     # ------------------------------------------------------------------ CRDs
 
     def install_crds(self, builds: Iterable[OperatorBuild], deadline: float) -> None:
-        """Server-side apply each build's CRDs (too large for client-side apply's
-        last-applied annotation), then wait until they are Established."""
-        builds = list(builds)
-        for build in builds:
-            self.cp.kubectl(
-                "apply",
-                "--server-side",
-                f"--field-manager={FIELD_MANAGER}",
-                "-f",
-                str(build.crds),
-                check=True,
-                timeout=120,
-            )
-        for build in builds:
-            remaining = max(1, int(deadline - time.monotonic()))
-            self.cp.kubectl(
-                "wait",
-                "--for=condition=Established",
-                f"--timeout={remaining}s",
-                "-f",
-                str(build.crds),
-                check=True,
-                timeout=remaining + 30,
-            )
+        """Each build's CRDs, installed and Established (:func:`install_crds`)."""
+        install_crds(self.cp, [build.crds for build in builds], deadline)
 
     # ------------------------------------------------------------------ processes
 
@@ -539,7 +639,8 @@ class Operators:
 
     # ------------------------------------------------------------------ internals
 
-    def _check_alive(self) -> None:
+    def check_alive(self) -> None:
+        """Raise OperatorError, with its log tail, if a manager has exited."""
         for run in self.running.values():
             if run.proc.poll() is not None:
                 tail = "\n".join(run.log.read_text(errors="replace").splitlines()[-30:])
@@ -550,7 +651,7 @@ class Operators:
     def _wait(self, what: str, deadline: float, probe: Callable[[], bool]) -> None:
         last: object = None
         while time.monotonic() < deadline:
-            self._check_alive()
+            self.check_alive()
             try:
                 if probe():
                     return
