@@ -19,6 +19,8 @@ SEEDS = REPO_ROOT / "tests" / "seeds"
 SAYS = "# kubectl create says: "
 DENIED = 'admission webhook "validate.tpu-webhook.io" denied the request: '
 POLICY = Policy(load_catalog(None), Options())
+#: API groups the API server serves without an operator's CRDs.
+BUILT_IN_GROUPS = frozenset({"", "apps", "batch"})
 
 
 def says(example: Path) -> str:
@@ -26,9 +28,20 @@ def says(example: Path) -> str:
     return line.removeprefix(SAYS)
 
 
+def owner_groups(example: Path) -> set[str]:
+    """The API groups of the example's objects that an operator's CRDs define."""
+    groups = {str(obj["apiVersion"]).rpartition("/")[0] for _, obj in read_objects(str(example))}
+    return groups - BUILT_IN_GROUPS
+
+
 def test_there_are_correct_and_broken_examples() -> None:
     assert len([p for p in EXAMPLES if p.parent.name == "broken"]) >= 4
     assert len([p for p in EXAMPLES if p.parent.name == "examples"]) >= 3
+
+
+@pytest.mark.parametrize("group", ["jobset.x-k8s.io", "leaderworkerset.x-k8s.io", "ray.io"])
+def test_each_owner_kind_has_a_correct_and_a_broken_example(group: str) -> None:
+    assert {p.parent.name for p in EXAMPLES if group in owner_groups(p)} == {"examples", "broken"}
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
