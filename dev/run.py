@@ -3,8 +3,11 @@
 Builds (once, cached) and starts the control plane the e2e suite uses (dev/controlplane.py: etcd,
 kube-apiserver, kube-controller-manager v1.35.4 from Go modules), starts `tpu-webhook serve` with
 a throw-away CA, registers it exactly as the chart does in url mode (dev/chart.py, the real helm),
-waits until the API server calls it, and prints what to type in another shell. Ctrl-C (or
-SIGTERM) stops the webhook, then the control plane, and removes their temporary directory; an
+waits until the API server calls it, and prints what to type in another shell. The CRDs of
+JobSet, LeaderWorkerSet and KubeRay are installed so that every example can be created (from the
+operator builds when cached, else from their module zips; dev/operators.py); `--operators` also
+builds (once, cached) and starts the operators themselves. Ctrl-C (or SIGTERM) stops the
+webhook, the operators, then the control plane, and removes their temporary directory; an
 interrupted build removes its own. Without Go and without built tools, it says so and runs the
 webhook alone (`tpu-webhook serve`, development certificates in certs/), as before.
 """
@@ -23,7 +26,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import FrameType
 
@@ -34,6 +38,19 @@ from dev.controlplane import (
     ControlPlane,
     ControlPlaneError,
     _child_setup,
+)
+from dev.operators import BUILD_SCRIPT as OPERATORS_BUILD_SCRIPT
+from dev.operators import (
+    NAMES,
+    TITLES,
+    OperatorBuild,
+    OperatorError,
+    Operators,
+    builds_from,
+    cache_root,
+    crd_dirs,
+    install_crds,
+    pinned_module,
 )
 from webhook.certs import make_ca, make_serving_cert, write_pair
 
@@ -51,6 +68,11 @@ EXPECTED_SECONDS = {
     "kubectl": 20,
     "helm": 10,
 }
+# Each operator's cold build, its modules downloaded, on the shared 2-core machine at load 4-8
+# (tests/tools/README.md: jobset 137 s, lws 122 s, kuberay 121 s).
+EXPECTED_OPERATOR_SECONDS = {"jobset": 140, "lws": 120, "kuberay": 120}
+OWNER_KINDS = "JobSet, LeaderWorkerSet and KubeRay (RayCluster, RayJob, RayService)"
+JOBSET_EXAMPLE = "v6e-multislice"  # examples/v6e-4x4-multislice-jobset.yaml
 CANARY = {
     "apiVersion": "v1",
     "kind": "Pod",
@@ -80,6 +102,11 @@ def say(text: str = "") -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make run", description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=0, help="webhook port (default 8443 if free)")
+    parser.add_argument(
+        "--operators",
+        action="store_true",
+        help="also run the JobSet, LeaderWorkerSet and KubeRay operators (built once, cached)",
+    )
     args = parser.parse_args(argv)
     port = args.port or (8443 if _port_free(8443) else _free_port())
 
@@ -94,18 +121,29 @@ def main(argv: list[str] | None = None) -> int:
         bin_dir = build_tools()
         if bin_dir is None:
             return run_webhook_alone(port)
+        builds = build_operators() if args.operators else None
+        crds = None if builds else find_crds()
         with ControlPlane(bin_dir) as control_plane, contextlib.ExitStack() as cleanup:
             say(f"Control plane ready in {control_plane.start_seconds:.1f} s.")
+            operators = start_operators(control_plane, cleanup, builds) if builds else None
+            crds_installed = install_in_background(control_plane, cleanup, crds or [])
             webhook = start_webhook(control_plane, port)
             cleanup.callback(stop_process, webhook)
             register(control_plane, bin_dir, port)
-            print_walkthrough(control_plane, bin_dir, port)
-            watch(control_plane, webhook)
+            crds_installed.result()
+            print_walkthrough(control_plane, bin_dir, port, operators, bool(crds))
+            watch(control_plane, webhook, operators)
         return 0
     except (KeyboardInterrupt, Stopped):
         say("\nStopped: no process of this run is left, and its temporary files are removed.")
         return 0
-    except (RunError, ControlPlaneError, ChartError, subprocess.CalledProcessError) as error:
+    except (
+        RunError,
+        ControlPlaneError,
+        ChartError,
+        OperatorError,
+        subprocess.CalledProcessError,
+    ) as error:
         say(f"make run: {error}")
         return 1
 
@@ -117,22 +155,8 @@ def build_tools() -> Path | None:
     """The tools' bin dir, built on first use with progress; None: no Go and nothing built."""
     have_go = shutil.which("go") is not None
     say("Local Kubernetes tools (etcd, kube-apiserver, kube-controller-manager, kubectl, helm):")
-    process = subprocess.Popen(
-        ["bash", str(BUILD_SCRIPT)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # Ctrl-C reaches it through us, so we can wait for its cleanup
-    )
-    try:
-        assert process.stderr is not None
-        assert process.stdout is not None
-        output = [_progress(line.rstrip("\n")) for line in process.stderr]
-        bin_dir = process.stdout.read().strip().splitlines()
-        code = process.wait()
-    except BaseException:
-        _interrupt_build(process)
-        raise
+    code, stdout, output = _build(["bash", str(BUILD_SCRIPT)], _progress)
+    bin_dir = stdout.strip().splitlines()
     if code == 0 and bin_dir:
         say(f"  found in {bin_dir[-1]}")
         return Path(bin_dir[-1])
@@ -145,6 +169,27 @@ def build_tools() -> Path | None:
         return None
     tail = "\n".join(line for line in output if line)[-2000:]
     raise RunError(f"{BUILD_SCRIPT.relative_to(REPO_ROOT)} failed:\n{tail}")
+
+
+def _build(command: list[str], progress: Callable[[str], str]) -> tuple[int, str, list[str]]:
+    """Run a build script: each stderr line through `progress`; (exit code, stdout, lines)."""
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # Ctrl-C reaches it through us, so we can wait for its cleanup
+    )
+    try:
+        assert process.stderr is not None
+        assert process.stdout is not None
+        output = [progress(line.rstrip("\n")) for line in process.stderr]
+        stdout = process.stdout.read()
+        code = process.wait()
+    except BaseException:
+        _interrupt_build(process)
+        raise
+    return code, stdout, output
 
 
 def _progress(line: str) -> str:
@@ -164,6 +209,86 @@ def _progress(line: str) -> str:
         say("  " + line.removeprefix("build.sh: "))
     elif line and not line.startswith("build.sh: "):
         say("    " + line)  # go's own messages, e.g. a download error
+    return line
+
+
+def find_crds() -> list[Path]:
+    """The owner kinds' CRD folders (a cached operator build's, else the module zip's, which
+    is downloaded on first use: no build); none, with the reason, if they cannot be had."""
+    say(f"CRDs of {OWNER_KINDS}:")
+
+    def downloading(module: str, version: str) -> None:
+        say(f"  downloading {module}@{version} (its module zip, about 1 MB; nothing is built) ...")
+
+    try:
+        dirs = crd_dirs(on_download=downloading)
+    except OperatorError as error:
+        say(f"  not available: {error}\n  Their examples will say the kind is unknown.")
+        return []
+    by_source: dict[str, list[str]] = {}
+    for name, crds in dirs.items():
+        built = crds.parent.parent == cache_root()
+        source = f"the operator builds in {cache_root()}" if built else "the Go module cache"
+        by_source.setdefault(source, []).append(f"{TITLES[name]} {pinned_module(name)[1]}")
+    for source, versions in by_source.items():
+        say(f"  {', '.join(versions)}: from {source}")
+    return list(dirs.values())
+
+
+def start_operators(
+    control_plane: ControlPlane, cleanup: contextlib.ExitStack, builds: dict[str, OperatorBuild]
+) -> Operators:
+    """The operators (their CRDs, managers and webhooks), stopped by `cleanup`."""
+    operators = cleanup.enter_context(Operators(control_plane, builds))
+    say(f"Operators running in {operators.start_seconds:.1f} s (CRDs, managers, webhooks).")
+    return operators
+
+
+def install_in_background(
+    control_plane: ControlPlane, cleanup: contextlib.ExitStack, crds: list[Path]
+) -> Future[None]:
+    """The CRDs installed while the webhook starts (the API server takes seconds to take in
+    5 MB of schemas and serve them); the future's result says when they are Established."""
+    began = time.monotonic()
+
+    def install() -> None:
+        if crds:
+            install_crds(control_plane, crds, began + 120)
+            say(f"CRDs installed and served in {time.monotonic() - began:.1f} s.")
+
+    return cleanup.enter_context(ThreadPoolExecutor(1)).submit(install)
+
+
+def build_operators() -> dict[str, OperatorBuild]:
+    """The operators' builds, made on first use with progress (build.sh; cached)."""
+    say(f"Operators of {OWNER_KINDS}:")
+    script = ["bash", str(OPERATORS_BUILD_SCRIPT), *NAMES]
+    code, stdout, output = _build(script, _operator_progress)
+    if code != 0:
+        tail = "\n".join(line for line in output if line)[-2000:]
+        raise RunError(f"{OPERATORS_BUILD_SCRIPT.relative_to(REPO_ROOT)} failed:\n{tail}")
+    builds = builds_from(NAMES, stdout)
+    say(f"  found in {cache_root()}")
+    return builds
+
+
+def _operator_progress(line: str) -> str:
+    words = line.removeprefix("operators/build.sh: ").split()
+    if not line.startswith("operators/build.sh: "):
+        if line:
+            say("    " + line)  # go's own messages, e.g. a download error
+    elif line.endswith(": downloading modules"):
+        name = words[0].rstrip(":")
+        say(
+            f"  first run for {TITLES.get(name, name)}: building it from the Go module proxy "
+            f"(about {EXPECTED_OPERATOR_SECONDS.get(name, 120)} s on 2 idle cores with its "
+            "modules at hand, several minutes more to download them; later runs find it)"
+        )
+        say("  downloading its Go modules ...")
+    elif len(words) >= 3 and words[1] == "building":
+        say(f"  building {words[2]} ...")
+    elif " built in " in line:
+        say("  " + line.removeprefix("operators/build.sh: ").split(":")[0])
     return line
 
 
@@ -242,13 +367,29 @@ def register(control_plane: ControlPlane, bin_dir: Path, port: int) -> None:
 # ----------------------------------------------------------------------------- talk
 
 
-def print_walkthrough(control_plane: ControlPlane, bin_dir: Path, port: int) -> None:
+def print_walkthrough(
+    control_plane: ControlPlane,
+    bin_dir: Path,
+    port: int,
+    operators: Operators | None,
+    crds: bool,
+) -> None:
     broken = sorted(EXAMPLES.glob("broken/*.yaml"))
     correct = sorted(EXAMPLES.glob("*.yaml"))
+    if operators:
+        owners = f"The operators of {OWNER_KINDS} run too.\n"
+    elif crds:
+        owners = (
+            f"The CRDs of {OWNER_KINDS} are installed, not their operators:\n"
+            "such objects are stored and nothing acts on them (make run RUN_ARGS=--operators "
+            "runs them).\n"
+        )
+    else:
+        owners = ""
     say(
         f"\ntpu-webhook is live: Kubernetes {control_plane.version} on this machine calls it at "
         f"https://127.0.0.1:{port},\nregistered as the chart registers it (url mode). There are "
-        "no nodes, so Pods stay Pending.\n\nIn another shell:\n"
+        f"no nodes, so Pods stay Pending.\n{owners}\nIn another shell:\n"
     )
     say(f"  cd {REPO_ROOT}")
     say(f"  export KUBECONFIG={control_plane.kubeconfig}")
@@ -259,9 +400,13 @@ def print_walkthrough(control_plane: ControlPlane, bin_dir: Path, port: int) -> 
         if says:
             say("      # " + _shorten(_gist(says.removeprefix(SAYS)), 100))
     env = "{.spec.template.spec.containers[0].env}"
+    say(f"\n  kubectl get job tpu-available-chips -o jsonpath='{env}'   # what the webhook added")
+    if operators:
+        job = f"{JOBSET_EXAMPLE}-slice-0"
+        say(f"  kubectl get job {job} -o jsonpath='{env}'   # the JobSet's Job of slice 0")
+    stops = "the webhook, the operators" if operators else "the webhook"
     say(
-        f"\n  kubectl get job tpu-available-chips -o jsonpath='{env}'   # what the webhook added\n"
-        f"\nReady in {time.monotonic() - STARTED:.0f} s. Ctrl-C stops the webhook and the control "
+        f"\nReady in {time.monotonic() - STARTED:.0f} s. Ctrl-C stops {stops} and the control "
         f"plane and removes {control_plane.workdir}."
     )
 
@@ -283,11 +428,15 @@ def _shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def watch(control_plane: ControlPlane, webhook: subprocess.Popen[bytes]) -> None:
+def watch(
+    control_plane: ControlPlane, webhook: subprocess.Popen[bytes], operators: Operators | None
+) -> None:
     """Until Ctrl-C; a process that dies ends the run with its name."""
     while True:
         if webhook.poll() is not None:
             raise RunError(f"tpu-webhook serve exited with {webhook.returncode}")
+        if operators:
+            operators.check_alive()
         if not control_plane.running:
             raise RunError(f"the control plane stopped; logs were in {control_plane.log_dir}")
         time.sleep(0.5)

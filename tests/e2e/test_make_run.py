@@ -1,5 +1,8 @@
 """`make run` as a user runs it: what it prints, the denial a second shell sees, and Ctrl-C.
 
+With the owner kinds' CRDs only (the default) a JobSet is decided like any kind; with
+`--operators` the JobSet controller makes its Jobs, which the webhook patches.
+
 Ctrl-C is a real SIGINT sent to the process group `make run` leads, as a terminal sends it.
 Afterwards no process of the run is left (none has its temp dir or build dir on its command
 line) and its temporary directories are gone, after a run, in the middle of a first build, and
@@ -20,12 +23,15 @@ from pathlib import Path
 import pytest
 
 from dev.controlplane import REPO_ROOT, tools_dir
+from dev.operators import NAMES, crd_files, module_crds, operator_builds
 from tests.support.webhook_process import free_port
 from tests.unit.test_examples import says
 
 pytestmark = pytest.mark.e2e
 
 BROKEN = "examples/broken/wrong-chip-count.yaml"
+BROKEN_JOBSET = "examples/broken/jobset-parallelism-not-hosts.yaml"
+JOBSET = "examples/v6e-4x4-multislice-jobset.yaml"
 
 
 class MakeRun:
@@ -115,12 +121,17 @@ def test_make_run_serves_the_main_job_and_ctrl_c_leaves_nothing_behind(
         run.wait_for("Ctrl-C stops", timeout=5)
         workdir = Path(export.split("=", 1)[1]).parent
         # the second shell, typed as printed
-        shell = f"{export.strip()}\n{path.split('#')[0].strip()}\nkubectl create -f {BROKEN}\n"
-        second = subprocess.run(
-            ["bash", "-c", shell], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
-        )
-        assert (second.returncode, second.stdout) == (1, "")
-        assert second.stderr.splitlines() == [says(REPO_ROOT / BROKEN)]
+        shell = f"{export.strip()}\n{path.split('#')[0].strip()}\n"
+        for broken in (BROKEN, BROKEN_JOBSET):  # a JobSet: its CRD is installed
+            second = subprocess.run(
+                ["bash", "-c", f"{shell}kubectl create -f {broken}\n"],
+                cwd=REPO_ROOT,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert (second.returncode, second.stdout) == (1, "")
+            assert second.stderr.splitlines() == [says(REPO_ROOT / broken)]
         assert f"https://127.0.0.1:{port}" in "\n".join(run.lines)
         assert workdir.is_dir()
         assert processes_mentioning(str(workdir)) != []
@@ -131,6 +142,64 @@ def test_make_run_serves_the_main_job_and_ctrl_c_leaves_nothing_behind(
     assert processes_mentioning(str(workdir)) == []
     assert not workdir.exists()
     assert "Stopped: no process of this run is left" in "\n".join(run.lines)
+
+
+def test_with_operators_the_jobset_controller_makes_jobs_the_webhook_patched_and_ctrl_c_stops_it(
+    make_run_env: dict[str, str],
+) -> None:
+    tools_dir()
+    operator_builds()  # built (or found) before the clock of this test starts
+    run = MakeRun(make_run_env, f"--port={free_port()} --operators")
+    try:
+        export = run.wait_for("export KUBECONFIG=", timeout=180)
+        path = run.wait_for("export PATH=", timeout=5)
+        get_job = run.wait_for("kubectl get job v6e-multislice-slice-0", timeout=5)
+        run.wait_for("Ctrl-C stops the webhook, the operators and the control plane", timeout=5)
+        workdir = Path(export.split("=", 1)[1]).parent
+        shell = f"{export.strip()}\n{path.split('#')[0].strip()}\n"
+        created = subprocess.run(
+            ["bash", "-c", f"{shell}kubectl create -f {JOBSET}\n"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert created.stdout.splitlines() == [says(REPO_ROOT / JOBSET)], created.stderr
+
+        def job_env() -> str:  # the controller creates the Job soon after: wait for it
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                got = subprocess.run(
+                    ["bash", "-c", shell + get_job.split("#")[0].strip()],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                )
+                if got.returncode == 0:
+                    return got.stdout
+                time.sleep(0.25)
+            raise AssertionError(f"no Job of the JobSet: {got.stderr}")
+
+        hosts = ",".join(f"v6e-multislice-slice-0-{i}.v6e-multislice" for i in range(4))
+        assert f'{{"name":"TPU_WORKER_HOSTNAMES","value":"{hosts}"}}' in job_env()
+        running = processes_mentioning(str(workdir))
+        for name in NAMES:  # each operator's manager runs with the run's kubeconfig
+            assert any(f"/operators/{name}-" in p for p in running), running
+
+        assert run.ctrl_c() == -signal.SIGINT
+    finally:
+        run.kill()
+    assert processes_mentioning(str(workdir)) == []
+    assert not workdir.exists()
+
+
+def test_the_crds_from_the_module_zip_are_the_operator_builds_crds() -> None:
+    """make run's CRDs without a build (`go mod download` of the module) are the ones
+    build.sh copies next to each operator, file for file."""
+    for name, build in operator_builds().items():
+        from_module = {f.name: f.read_bytes() for f in crd_files([module_crds(name)])}
+        from_build = {f.name: f.read_bytes() for f in crd_files([build.crds])}
+        assert from_module == from_build != {}
 
 
 def test_ctrl_c_during_the_first_build_leaves_no_build_dir_or_process(
