@@ -218,7 +218,7 @@ def find_crds() -> list[Path]:
     say(f"CRDs of {OWNER_KINDS}:")
 
     def downloading(module: str, version: str) -> None:
-        say(f"  downloading {module}@{version} (its module zip, about 1 MB; nothing is built) ...")
+        say(f"  downloading {module}@{version} (module zip, about 1 MB; no build) ...")
 
     try:
         dirs = crd_dirs(on_download=downloading)
@@ -263,7 +263,7 @@ def build_operators() -> dict[str, OperatorBuild]:
     """The operators' builds, made on first use with progress (build.sh; cached)."""
     say(f"Operators of {OWNER_KINDS}:")
     script = ["bash", str(OPERATORS_BUILD_SCRIPT), *NAMES]
-    code, stdout, output = _build(script, _operator_progress)
+    code, stdout, output = _build(script, OperatorProgress())
     if code != 0:
         tail = "\n".join(line for line in output if line)[-2000:]
         raise RunError(f"{OPERATORS_BUILD_SCRIPT.relative_to(REPO_ROOT)} failed:\n{tail}")
@@ -272,24 +272,33 @@ def build_operators() -> dict[str, OperatorBuild]:
     return builds
 
 
-def _operator_progress(line: str) -> str:
-    words = line.removeprefix("operators/build.sh: ").split()
-    if not line.startswith("operators/build.sh: "):
-        if line:
-            say("    " + line)  # go's own messages, e.g. a download error
-    elif line.endswith(": downloading modules"):
-        name = words[0].rstrip(":")
-        say(
-            f"  first run for {TITLES.get(name, name)}: building it from the Go module proxy "
-            f"(about {EXPECTED_OPERATOR_SECONDS.get(name, 120)} s on 2 idle cores with its "
-            "modules at hand, several minutes more to download them; later runs find it)"
-        )
-        say("  downloading its Go modules ...")
-    elif len(words) >= 3 and words[1] == "building":
-        say(f"  building {words[2]} ...")
-    elif " built in " in line:
-        say("  " + line.removeprefix("operators/build.sh: ").split(":")[0])
-    return line
+class OperatorProgress:
+    """operators/build.sh's stderr as progress lines (what a first build costs, said once)."""
+
+    def __init__(self) -> None:
+        self.first = True
+
+    def __call__(self, line: str) -> str:
+        words = line.removeprefix("operators/build.sh: ").split()
+        name = words[0].rstrip(":") if words else ""
+        if not line.startswith("operators/build.sh: "):
+            if line:
+                say("    " + line)  # go's own messages, e.g. a download error
+        elif line.endswith(": downloading modules"):
+            if self.first:
+                self.first = False
+                say(
+                    f"  first run: building them from the Go module proxy into {cache_root()} "
+                    "(about 2 minutes each on 2 idle cores, plus 590 MB of modules to "
+                    "download; seconds once Go's build cache is warm; later runs find them)"
+                )
+            say(f"  downloading the Go modules of {TITLES.get(name, name)} ...")
+        elif len(words) >= 3 and words[1] == "building":
+            about = f", about {EXPECTED_OPERATOR_SECONDS[name]} s cold" if name in TITLES else ""
+            say(f"  building {words[2]}{about} ...")
+        elif " built in " in line:
+            say("  " + line.removeprefix("operators/build.sh: ").split(":")[0])
+        return line
 
 
 def _interrupt_build(process: subprocess.Popen[str]) -> None:
