@@ -389,9 +389,8 @@ def print_walkthrough(
         owners = f"The operators of {OWNER_KINDS} run too.\n"
     elif crds:
         owners = (
-            f"The CRDs of {OWNER_KINDS} are installed, not their operators:\n"
-            "such objects are stored and nothing acts on them (make run RUN_ARGS=--operators "
-            "runs them).\n"
+            f"{OWNER_KINDS} objects are stored (their\nCRDs are installed) but "
+            "no operator acts on them: make run RUN_ARGS=--operators runs them.\n"
         )
     else:
         owners = ""
