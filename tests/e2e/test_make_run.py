@@ -25,13 +25,13 @@ import pytest
 from dev.controlplane import REPO_ROOT, tools_dir
 from dev.operators import NAMES, crd_files, module_crds, operator_builds
 from tests.support.webhook_process import free_port
-from tests.unit.test_examples import says
+from tests.unit.test_examples import EXAMPLES, owner_groups, says
 
 pytestmark = pytest.mark.e2e
 
 BROKEN = "examples/broken/wrong-chip-count.yaml"
-BROKEN_JOBSET = "examples/broken/jobset-parallelism-not-hosts.yaml"
 JOBSET = "examples/v6e-4x4-multislice-jobset.yaml"
+OWNER_EXAMPLES = [p for p in EXAMPLES if owner_groups(p)]  # JobSet, LWS, RayCluster
 
 
 class MakeRun:
@@ -122,16 +122,26 @@ def test_make_run_serves_the_main_job_and_ctrl_c_leaves_nothing_behind(
         workdir = Path(export.split("=", 1)[1]).parent
         # the second shell, typed as printed
         shell = f"{export.strip()}\n{path.split('#')[0].strip()}\n"
-        for broken in (BROKEN, BROKEN_JOBSET):  # a JobSet: its CRD is installed
+        second = subprocess.run(
+            ["bash", "-c", f"{shell}kubectl create -f {BROKEN}\n"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (second.returncode, second.stdout) == (1, "")
+        assert second.stderr.splitlines() == [says(REPO_ROOT / BROKEN)]
+        for example in OWNER_EXAMPLES:  # their CRDs are installed: each says what it says
+            typed = example.relative_to(REPO_ROOT)
             second = subprocess.run(
-                ["bash", "-c", f"{shell}kubectl create -f {broken}\n"],
+                ["bash", "-c", f"{shell}kubectl create -f {typed}\n"],
                 cwd=REPO_ROOT,
                 capture_output=True,
                 text=True,
                 timeout=60,
             )
-            assert (second.returncode, second.stdout) == (1, "")
-            assert second.stderr.splitlines() == [says(REPO_ROOT / broken)]
+            assert says(example) in second.stdout.splitlines() + second.stderr.splitlines()
+            assert second.returncode == (1 if says(example).startswith("Error") else 0)
         assert f"https://127.0.0.1:{port}" in "\n".join(run.lines)
         assert workdir.is_dir()
         assert processes_mentioning(str(workdir)) != []
