@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 CODE := webhook tests $(wildcard bench)
 INSTALLED := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: install run fmt lint typecheck test test-unit test-e2e chart-test tools certs audit bench image-check clean chart-cel
+.PHONY: install run fmt lint typecheck test test-unit test-e2e chart-test tools certs audit bench image-check clean chart-files
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,5 +58,5 @@ bench: install
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .e2e-logs
 
-chart-cel: install  ## regenerate the chart's matchConditions CEL from the workload table
-	$(BIN)/python -c "from webhook.configs import tpu_match_expression as t; print(t())" > charts/tpu-webhook/files/tpu-workload.cel
+chart-files: install  ## regenerate the chart's webhook rules and matchConditions CEL from the workload table
+	$(BIN)/python -m webhook.registration charts/tpu-webhook/files

@@ -6,7 +6,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from tests.http.conftest import review, tpu_pod
-from webhook.app import create_app
+from webhook.serving.app import create_app
 from webhook.settings import Settings
 
 

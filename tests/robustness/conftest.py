@@ -24,7 +24,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from tests.support.webhook_process import WebhookProcess, make_certs
-from webhook.app import create_app
+from webhook.serving.app import create_app
 from webhook.settings import Settings
 
 SOAK_SECONDS = float(os.environ.get("TPU_WEBHOOK_SOAK_SECONDS", "20"))

@@ -4,7 +4,7 @@ Stock uvicorn 0.54 + httptools + uvloop, as first measured here (keep-alive 120 
 connection without a TLS ClientHello closed after 60 s (uvloop's default handshake timeout);
 after the handshake, a connection that sent nothing, trickled its headers or sent a short body
 was never closed (no timer before a first request, no header or body timeout). The server now
-runs webhook.protocol: every request must arrive completely, and every TLS handshake finish,
+runs webhook.serving.protocol: every request must arrive completely, and every TLS handshake finish,
 within `request_timeout_seconds` (10 s); idle keep-alive connections still close after
 `keep_alive_seconds`.
 """

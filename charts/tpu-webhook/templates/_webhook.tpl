@@ -33,28 +33,22 @@ clientConfig:
 {{- end }}
 
 {{/*
-Rules for every supported kind. Call with the list of operations. Pods are core/v1, Jobs and
-CronJobs batch/v1, Deployments and StatefulSets apps/v1; matchPolicy Equivalent also sends
-requests made through other versions of the same resources, converted to these.
+Rules for every supported kind, with the given operations. files/webhook-rules.json is generated
+from the webhook's workload table (`make chart-files`, webhook/registration.py; a unit test keeps
+it identical): one rule per API group and version. matchPolicy Equivalent also sends requests made
+through other versions of the same resources, converted to these. Call with the list of
+operations.
 */}}
 {{- define "tpu-webhook.rules" -}}
-{{- $ops := . -}}
+{{- $ops := .ops -}}
 rules:
-  - apiGroups: [""]
-    apiVersions: ["v1"]
-    resources: ["pods"]
+{{- range (.root.Files.Get "files/webhook-rules.json" | fromJsonArray) }}
+  - apiGroups: {{ toJson .apiGroups }}
+    apiVersions: {{ toJson .apiVersions }}
+    resources: {{ toJson .resources }}
     operations: {{ toJson $ops }}
-    scope: Namespaced
-  - apiGroups: ["batch"]
-    apiVersions: ["v1"]
-    resources: ["jobs", "cronjobs"]
-    operations: {{ toJson $ops }}
-    scope: Namespaced
-  - apiGroups: ["apps"]
-    apiVersions: ["v1"]
-    resources: ["deployments", "statefulsets"]
-    operations: {{ toJson $ops }}
-    scope: Namespaced
+    scope: {{ .scope }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -97,7 +91,7 @@ objectSelector:
 matchConditions (CEL, evaluated by the API server before calling us): send only objects whose
 pod spec has a TPU nodeSelector key or a container/initContainer requesting or limiting
 google.com/tpu. files/tpu-workload.cel is generated from the webhook's workload table
-(`make chart-cel`, webhook/configs.py); a unit test keeps it identical to the server's.
+(`make chart-files`, webhook/registration.py); a unit test keeps it identical.
 */}}
 {{- define "tpu-webhook.matchConditions" -}}
 {{- if .Values.webhook.matchConditions.enabled -}}

@@ -1,0 +1,34 @@
+"""What makes an object a TPU workload, for the two filters in front of the policy.
+
+A pod spec is a TPU workload when its nodeSelector has a TPU key or one of its containers (init
+containers included) requests or limits a TPU resource: the policy's own test (read_tpu_spec).
+The API server's filter (the matchConditions CEL, webhook.registration) and the byte pre-filter
+of the server (`may_be_tpu`) are built from these names; tests/unit/test_trigger.py keeps the
+three in agreement.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from webhook.catalog.tpu import ACCELERATOR_LABEL, TOPOLOGY_LABEL, TPU_RESOURCE
+
+TPU_SELECTOR_KEYS = (ACCELERATOR_LABEL, TOPOLOGY_LABEL)
+TPU_RESOURCES = (TPU_RESOURCE,)
+CONTAINER_LISTS = ("containers", "initContainers")
+
+# The API server serialises objects with Go's encoding/json, which escapes only <, >, &, U+2028,
+# U+2029 and control characters: each key appears literally in the body of a review whose object
+# has it. The selector keys are scanned for by their common prefix (one alternative fewer for the
+# regex to try at every position of the body).
+TPU_MARKERS = (
+    *(resource.encode() for resource in TPU_RESOURCES),
+    os.path.commonprefix(TPU_SELECTOR_KEYS).encode(),  # noqa: RUF071 - a prefix of strings
+)
+_MARKER = re.compile(b"|".join(re.escape(marker) for marker in TPU_MARKERS))
+
+
+def may_be_tpu(body: bytes) -> bool:
+    """Whether a TPU marker appears anywhere in the body (one regex scan)."""
+    return _MARKER.search(body) is not None
