@@ -34,8 +34,8 @@ typecheck: install
 tools:  ## kube-apiserver, kube-controller-manager, etcd, kubectl, helm from Go modules (cached)
 	bash tests/tools/build.sh
 
-test-unit: install
-	$(BIN)/pytest -m "not e2e"
+test-unit: install  ## no Go tools needed
+	$(BIN)/pytest -m "not e2e and not helm"
 
 test-e2e: install tools
 	$(BIN)/pytest -m e2e

@@ -23,14 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from fastapi import FastAPI
 
 from bench import ceiling
 from bench.corpus import Review
 from webhook.admission.dispatch import review_request
 from webhook.admission.responses import build_response
 from webhook.admission.review import parse_review
-from webhook.serving.app import create_app
+from webhook.serving.app import WebhookApp, create_app
 from webhook.serving.server import JsonFormatter
 from webhook.settings import Settings
 
@@ -60,7 +59,7 @@ def measure(reviews: list[Review], budget: float = 0.2) -> list[Cost]:
         return [_cost(app, review, budget) for review in reviews]
 
 
-def _cost(app: FastAPI, review: Review, budget: float) -> Cost:
+def _cost(app: WebhookApp, review: Review, budget: float) -> Cost:
     body, endpoint, policy = review.body, review.endpoint, app.state.webhook.policy
     api_version, request = parse_review(body)
     verdict = review_request(request, endpoint, policy)
@@ -84,7 +83,7 @@ def _cost(app: FastAPI, review: Review, budget: float) -> Cost:
     )
 
 
-def _asgi_us(app: FastAPI, review: Review, budget: float) -> float:
+def _asgi_us(app: WebhookApp, review: Review, budget: float) -> float:
     """The admission handler driven as uvicorn drives it, `n` reviews per event-loop run."""
     scope = {
         "type": "http",

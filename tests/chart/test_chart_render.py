@@ -25,9 +25,12 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from ruamel.yaml import YAML
 
+from tests.support.chart import url_mode_configurations
 from tests.support.controlplane import REPO_ROOT, ControlPlane, tools_dir
+from tests.support.webhook_process import make_certs
 from webhook.catalog import load_catalog
 from webhook.policy.workloads import WORKLOADS
+from webhook.registration import rules, tpu_match_expression, url_configurations
 from webhook.settings import Settings
 
 CHART = REPO_ROOT / "charts" / "tpu-webhook"
@@ -47,6 +50,7 @@ EXPECTED_RULES = [
 ]
 
 Manifest = dict[str, Any]
+pytestmark = pytest.mark.helm
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -448,23 +452,28 @@ def test_the_ci_catalog_example_is_a_catalog_the_server_loads(tmp_path: Path) ->
     load_catalog(extra)  # raises CatalogError with the field when the example is wrong
 
 
-def test_rules_and_match_conditions_cover_every_workload_the_server_knows(
+def test_rules_and_match_conditions_are_the_ones_generated_from_the_workload_table(
     helm_env: dict[str, str],
 ) -> None:
     entry = webhooks(render(helm_env))["validate.tpu-webhook.io"]
+    assert [{k: v for k, v in r.items() if k != "operations"} for r in entry["rules"]] == rules()
     resources = {
         (g, r) for rule in entry["rules"] for g in rule["apiGroups"] for r in rule["resources"]
     }
     assert resources == {(w.group, w.resource) for w in WORKLOADS.values()}
-    expression = entry["matchConditions"][0]["expression"]
-    for workload in WORKLOADS.values():
-        # The CEL picks the pod spec per kind; a new workload kind needs its path there.
-        assert ".".join(("object", *workload.pod_spec)) in expression, workload.kind
-        assert workload.kind in ("Pod", "CronJob") or workload.pod_spec == (
-            "spec",
-            "template",
-            "spec",
-        )
+    assert entry["matchConditions"][0]["expression"] == tpu_match_expression()
+
+
+def test_what_serve_prints_in_development_mode_is_what_the_chart_renders_in_url_mode(
+    tmp_path: Path,
+) -> None:
+    make_certs(tmp_path)
+    base = "https://127.0.0.1:18443"
+    rendered = url_mode_configurations(base, tmp_path / "ca.crt")
+    for document in rendered:
+        assert document["metadata"]["labels"]["app.kubernetes.io/name"] == "tpu-webhook"
+        document["metadata"] = {"name": document["metadata"]["name"]}
+    assert rendered == url_configurations(base, (tmp_path / "ca.crt").read_bytes())
 
 
 # ------------------------------------------------------------------------- webhooks

@@ -1,8 +1,8 @@
-"""The webhook as a real `tpu-webhook serve` process, registered with the real API server."""
+"""The webhook as a real `tpu-webhook serve` process, registered with the real API server by the
+chart's own webhook configurations (url mode, rendered by the real helm)."""
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 import uuid
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
+from tests.support.chart import url_mode_configurations
 from tests.support.controlplane import ControlPlane
 from tests.support.webhook_process import WebhookProcess, make_certs
-from webhook.configs import url_webhook_configurations
 
 CANARY = {
     "apiVersion": "v1",
@@ -39,10 +39,6 @@ def webhook_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook
         yield server
 
 
-def ca_bundle(server: WebhookProcess) -> str:
-    return base64.b64encode(server.ca_file.read_bytes()).decode()
-
-
 def wait_until_denied(control_plane: ControlPlane, namespace: str, timeout: float = 60) -> None:
     """Configurations go live asynchronously: dry-run a canary until our webhook denies it."""
     deadline = time.monotonic() + timeout
@@ -58,8 +54,9 @@ def wait_until_denied(control_plane: ControlPlane, namespace: str, timeout: floa
 
 @pytest.fixture(scope="session")
 def registered(control_plane: ControlPlane, webhook_server: WebhookProcess) -> list[dict[str, Any]]:
-    """Our Mutating and Validating configurations (url mode), live in the API server."""
-    configurations = url_webhook_configurations(webhook_server.url, ca_bundle(webhook_server))
+    """The chart's Mutating and Validating configurations in url mode (`helm template` with
+    ci/url-values.yaml, pointed at `webhook_server`), live in the API server."""
+    configurations = url_mode_configurations(webhook_server.url, webhook_server.ca_file)
     manifest = "\n".join(json.dumps(c) for c in configurations)
     control_plane.kubectl("apply", "-f", "-", input=manifest, check=True)
     wait_until_denied(control_plane, "default")

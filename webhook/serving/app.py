@@ -1,9 +1,11 @@
 """create_app(settings): the one ASGI application of the webhook.
 
 A FastAPI app that owns its lifecycle: its lifespan starts the certificate watcher and the review
-log flusher and stops them (flushing the log) at shutdown. The admission paths are routes to the
-lean `AdmissionEndpoint`; /healthz, /readyz and /metrics are plain FastAPI routes. No API docs
-or OpenAPI schema are served: this port faces the API server.
+log flusher and stops them (flushing the log) at shutdown. /healthz, /readyz and /metrics are
+plain FastAPI routes. The admission paths are routes to the lean `AdmissionEndpoint`, and the app
+hands a request for one of them straight to its endpoint: FastAPI's middleware stack and router
+cost about 25 µs per request here (their telemetry, body-limit, exception and exit-stack layers),
+more than deciding a review. No API docs or OpenAPI schema: this port faces the API server.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.routing import BaseRoute, Route
+from starlette.types import Receive, Scope, Send
 
 from webhook.admission.dispatch import Policy
 from webhook.catalog import load_catalog
@@ -60,7 +63,26 @@ class Webhook:
         return not problem, body
 
 
-def create_app(settings: Settings, tls: ServingTLS | None = None) -> FastAPI:
+class WebhookApp(FastAPI):
+    """FastAPI, with the admission routes answered by their endpoint directly."""
+
+    def __init__(self, admission: dict[str, AdmissionEndpoint], **kwargs: Any) -> None:
+        routes: list[BaseRoute] = [
+            Route(path, endpoint, include_in_schema=False) for path, endpoint in admission.items()
+        ]
+        super().__init__(routes=routes, **kwargs)
+        self.admission = admission
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            endpoint = self.admission.get(scope["path"])
+            if endpoint is not None:
+                await endpoint(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
+def create_app(settings: Settings, tls: ServingTLS | None = None) -> WebhookApp:
     """Everything built once: catalog, derived tables, metrics. Raises CatalogError."""
     catalog = load_catalog(settings.catalog)
     copy = (TPU_RESOURCE, "cpu", "memory") if settings.copy_cpu_memory_limits else (TPU_RESOURCE,)
@@ -73,14 +95,14 @@ def create_app(settings: Settings, tls: ServingTLS | None = None) -> FastAPI:
     )
     if tls is not None and tls.not_after is not None:
         webhook.metrics.cert_expiry = tls.not_after.timestamp()
-    routes: list[BaseRoute] = [
-        Route(path, _endpoint(webhook, endpoint, mode), include_in_schema=False)
+    admission = {
+        path: _endpoint(webhook, endpoint, mode)
         for path, (endpoint, mode) in ADMISSION_ROUTES.items()
-    ]
-    app = FastAPI(
+    }
+    app = WebhookApp(
+        admission,
         title="tpu-webhook",
         version=_version(),
-        routes=routes,
         lifespan=_lifespan(webhook),
         docs_url=None,
         redoc_url=None,
