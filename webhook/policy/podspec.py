@@ -127,10 +127,9 @@ def read_tpu_spec(spec: object, at: FieldPath, pointer: str) -> TpuSpec | None:
                 if isinstance(body, dict):
                     found.append(Container(at, pointer, list_name, position, body))
     chips = _chip_requests(found)
-    tpu_containers: list[Container] = []
+    tpu_containers: dict[Container, None] = {}  # each once, in order (a list's `in` is O(n))
     for request in chips:
-        if request.container not in tpu_containers:
-            tpu_containers.append(request.container)
+        tpu_containers[request.container] = None
     return TpuSpec(
         at,
         pointer,
