@@ -265,11 +265,13 @@ class ControlPlane:
         *,
         controllers: Sequence[str] = DEFAULT_CONTROLLERS,
         extra_apiserver_args: Sequence[str] = (),
+        extra_controller_manager_args: Sequence[str] = (),
         start_timeout: float = 90.0,
     ) -> None:
         self._bin_dir = bin_dir
         self.controllers = tuple(controllers)
         self.extra_apiserver_args = tuple(extra_apiserver_args)
+        self.extra_controller_manager_args = tuple(extra_controller_manager_args)
         self.start_timeout = start_timeout
         self._workdir: Path | None = None
         self._procs: list[tuple[str, subprocess.Popen[bytes]]] = []
@@ -318,6 +320,11 @@ class ControlPlane:
         if self._ca is None:
             raise ControlPlaneError("control plane is not started")
         return _cert_pem(self._ca.cert)
+
+    @property
+    def pki_dir(self) -> Path:
+        """ca.crt, admin.crt and admin.key (a system:masters client) among others."""
+        return self.workdir / "pki"
 
     @property
     def log_dir(self) -> Path:
@@ -607,6 +614,7 @@ class ControlPlane:
                 f"--cert-dir={wd / 'kcm-certs'}",
                 f"--root-ca-file={ca_crt}",
                 f"--service-account-private-key-file={sa_key}",
+                *self.extra_controller_manager_args,
             ],
         )
         self._wait(

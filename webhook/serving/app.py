@@ -104,6 +104,7 @@ def create_app(settings: Settings, tls: ServingTLS | None = None) -> WebhookApp:
         title="tpu-webhook",
         version=_version(),
         lifespan=_lifespan(webhook),
+        redirect_slashes=False,  # /mutate/ is not /mutate: a 404, never a redirect
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
