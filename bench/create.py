@@ -75,7 +75,8 @@ class Figures:
     latencies: list[list[float]] = field(default_factory=list)  # per round, seconds
     burst_seconds: list[float] = field(default_factory=list)
     job_seconds: list[float] = field(default_factory=list)
-    errors: int = 0
+    # per round: mean ms per sequential create of each timed step (see `STEPS`)
+    steps: list[dict[str, float]] = field(default_factory=list)
 
     def p(self, pct: float) -> float:
         """The median over rounds of each round's percentile, in ms."""
@@ -272,6 +273,54 @@ def clean(api: Api) -> None:
         time.sleep(0.2)
 
 
+# --------------------------------------------------------------------------- where time goes
+
+# (label, family, label filter): histograms whose sums, divided by the creates, say where the
+# time of a create goes. The API server times each webhook call (request, network, our server,
+# response) and each admission plugin; our server times its own handling of a review.
+STEPS = (
+    ("API server: mutate webhook call", "apiserver_admission_webhook_admission_duration_seconds",
+     {"name": "mutate.tpu-webhook.io"}),
+    ("API server: validate webhook call", "apiserver_admission_webhook_admission_duration_seconds",
+     {"name": "validate.tpu-webhook.io"}),
+    ("API server: MutatingAdmissionPolicy plugin",
+     "apiserver_admission_controller_admission_duration_seconds",
+     {"name": "MutatingAdmissionPolicy"}),
+    ("API server: all admission (admit + validate steps)",
+     "apiserver_admission_step_admission_duration_seconds", {}),
+    ("tpu-webhook: handling a review (both calls)", "tpu_webhook_request_duration_seconds", {}),
+)  # fmt: skip
+
+
+def histogram_sums(text: str) -> dict[str, float]:
+    """Per step label: the sum of the matching histograms' `_sum` samples, in seconds."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    sums = dict.fromkeys((label for label, _, _ in STEPS), 0.0)
+    for family in text_string_to_metric_families(text):
+        for label, name, match in STEPS:
+            if family.name != name:
+                continue
+            for sample in family.samples:
+                wanted = sample.name == name + "_sum"
+                if wanted and all(sample.labels.get(k) == v for k, v in match.items()):
+                    sums[label] += sample.value
+    return sums
+
+
+def scrape(api: Api, server: WebhookProcess) -> dict[str, float]:
+    api.connection.request("GET", "/metrics")
+    apiserver = api.connection.getresponse().read().decode()
+    context = server.ssl_context()
+    connection = http.client.HTTPSConnection("127.0.0.1", server.port, context=context)
+    try:
+        connection.request("GET", "/metrics")
+        ours = connection.getresponse().read().decode()
+    finally:
+        connection.close()
+    return histogram_sums(apiserver + "\n" + ours)
+
+
 # --------------------------------------------------------------------------- the ways
 
 
@@ -299,13 +348,20 @@ def switch_to(cp: ControlPlane, way: str, webhook_docs: list[dict[str, Any]]) ->
     raise RuntimeError(f"{way}: the admission configuration never took effect")
 
 
-def sequential(cp: ControlPlane, count: int) -> list[float]:
-    api = Api(cp)
+def sequential(
+    cp: ControlPlane, server: WebhookProcess, count: int
+) -> tuple[list[float], dict[str, float]]:
+    """Latency of each create, and the mean ms per create of each step of `STEPS`."""
+    api, metrics = Api(cp), Api(cp)
     try:
         for i in range(5):  # warm: connection, watch caches, the webhook's connection pool
             api.create(PODS, tpu_pod(f"warm-{i}"))
-        return [api.create(PODS, tpu_pod(f"seq-{i}")) for i in range(count)]
+        before = scrape(metrics, server)
+        latencies = [api.create(PODS, tpu_pod(f"seq-{i}")) for i in range(count)]
+        after = scrape(metrics, server)
+        return latencies, {k: (after[k] - before[k]) / count * 1000 for k in before}
     finally:
+        metrics.close()
         api.close()
 
 
@@ -400,7 +456,9 @@ def run(profile: Profile, work: Path) -> tuple[dict[str, Figures], str]:
                 print(f"# round {number + 1}/{profile.rounds}: {way}", flush=True)
                 switch_to(cp, way, documents)
                 clean(api)
-                results[way].latencies.append(sequential(cp, profile.sequential))
+                latencies, steps = sequential(cp, server, profile.sequential)
+                results[way].latencies.append(latencies)
+                results[way].steps.append(steps)
                 clean(api)
                 results[way].burst_seconds.append(burst(cp, profile.burst, profile.clients))
                 clean(api)
@@ -433,6 +491,16 @@ def report(results: dict[str, Figures], profile: Profile, version: str, command:
             f"{'' if way == 'none' else f'{(b / base_burst - 1) * 100:+.1f} %'} | {j:.2f} | "
             f"{'' if way == 'none' else f'{(j / base_job - 1) * 100:+.1f} %'} |"
         )
+    lines += [
+        "",
+        "Where a sequential create's time goes (mean ms per create, median over rounds):",
+        "",
+        "| step | " + " | ".join(WAYS) + " |",
+        "|---|" + "---|" * len(WAYS),
+    ]
+    for label, _, _ in STEPS:
+        cells = [f"{statistics.median(r[label] for r in results[w].steps):.3f}" for w in WAYS]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += ["", "Every round, seconds (burst; Job):"]
     for way in WAYS:
         f = results[way]
