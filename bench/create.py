@@ -433,6 +433,8 @@ def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 60) -> N
 
 
 def run(profile: Profile, work: Path) -> tuple[dict[str, Figures], str]:
+    """Every way, round by round; the API server's version and the load averages around it."""
+    load_before = os.getloadavg()
     make_certs(work)
     results = {way: Figures(way) for way in WAYS}
     with (
@@ -465,7 +467,10 @@ def run(profile: Profile, work: Path) -> tuple[dict[str, Figures], str]:
                 results[way].job_seconds.append(job(cp, profile.job_hosts))
                 clean(api)
         api.close()
-    return results, version
+    load_after = os.getloadavg()
+    loads = " / ".join(f"{a:.1f}" for a in load_before)
+    loads += "; after: " + " / ".join(f"{a:.1f}" for a in load_after)
+    return results, f"{version}; load average (1/5/15 min) before: {loads}"
 
 
 def report(results: dict[str, Figures], profile: Profile, version: str, command: str) -> str:
