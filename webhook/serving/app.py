@@ -4,8 +4,9 @@ A FastAPI app that owns its lifecycle: its lifespan starts the certificate watch
 log flusher and stops them (flushing the log) at shutdown. /healthz, /readyz and /metrics are
 plain FastAPI routes. The admission paths are routes to the lean `AdmissionEndpoint`, and the app
 hands a request for one of them straight to its endpoint: FastAPI's middleware stack and router
-cost about 25 µs per request here (their telemetry, body-limit, exception and exit-stack layers),
-more than deciding a review. No API docs or OpenAPI schema: this port faces the API server.
+(telemetry, body-limit, exception and exit-stack layers, route matching) cost more per request
+than deciding a review does (bench/RESULTS.md). No API docs or OpenAPI schema: this port faces the
+API server.
 """
 
 from __future__ import annotations
