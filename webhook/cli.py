@@ -15,11 +15,12 @@ from pydantic import ValidationError
 from ruamel.yaml import YAML
 
 from webhook.admission.dispatch import Policy
-from webhook.catalog import CatalogError, SliceShape, load_catalog
-from webhook.catalog.tpu import ACCELERATOR_LABEL, TOPOLOGY_LABEL, TPU_RESOURCE
+from webhook.catalog import CatalogError, load_catalog
 from webhook.certs import CA_FILE, make_ca, make_serving_cert, service_names, write_pair
+from webhook.examples import KINDS, example_manifests
 from webhook.offline import ManifestError, Result, admit, read_objects
 from webhook.policy.decide import Options
+from webhook.policy.rules import BY_CODE, RULES
 
 EXIT_OK, EXIT_DENIED, EXIT_UNREADABLE = 0, 1, 2
 
@@ -87,9 +88,20 @@ def _parser() -> argparse.ArgumentParser:
             command.add_argument("-o", "--output", choices=["text", "json"], default="text")
         command.set_defaults(run=run)
 
+    rules = sub.add_parser("rules", help="every rule code, or what one checks and how to fix it")
+    rules.add_argument("code", nargs="?", help="a rule code, e.g. tpu.chips-per-host")
+    rules.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    rules.set_defaults(run=_rules)
+
     explain = sub.add_parser("explain", help="what a TPU shape needs, with a ready manifest")
     explain.add_argument("accelerator")
     explain.add_argument("topology", nargs="?")
+    explain.add_argument(
+        "--kind",
+        choices=KINDS,
+        default="job",
+        help="print an Indexed Job and its headless Service (job) or a JobSet (jobset)",
+    )
     explain.add_argument("--catalog", type=Path)
     explain.set_defaults(run=_explain)
     return parser
@@ -159,6 +171,48 @@ def _render(args: argparse.Namespace) -> int:
     return EXIT_DENIED if any(not r.allowed for r in results) else EXIT_OK
 
 
+def _rules(args: argparse.Namespace) -> int:
+    chosen = list(RULES)
+    if args.code is not None:
+        rule = BY_CODE.get(args.code)
+        if rule is None:
+            print(f"error: no rule {args.code}; `tpu-webhook rules` lists them", file=sys.stderr)
+            return EXIT_UNREADABLE
+        chosen = [rule]
+    if args.output == "json":
+        rows = [
+            {
+                "code": r.code,
+                "severity": r.severity.value,
+                "checks": r.checks,
+                "warnsWhen": r.when_warning,
+                "why": r.why,
+                "fix": r.fix,
+                "example": r.example,
+            }
+            for r in chosen
+        ]
+        print(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode())
+        return EXIT_OK
+    if args.code is None:
+        width = max(len(r.code) for r in chosen)
+        for r in chosen:
+            print(f"{r.code:<{width}}  {r.severity.value:<15}  {r.checks}")
+        return EXIT_OK
+    (rule,) = chosen
+    print(f"{rule.code} ({rule.severity.value})")
+    for label, text in (
+        ("checks", rule.checks),
+        ("warns", rule.when_warning),
+        ("why", rule.why),
+        ("fix", rule.fix),
+        ("example", rule.example),
+    ):
+        if text:
+            print(f"  {label + ':':<9}{text}")
+    return EXIT_OK
+
+
 def _explain(args: argparse.Namespace) -> int:
     catalog = load_catalog(args.catalog)
     accelerator = catalog.accelerator(args.accelerator)
@@ -181,52 +235,8 @@ def _explain(args: argparse.Namespace) -> int:
         return EXIT_DENIED
     for shape in shapes:
         print(f"  {shape.describe()}")
-    print(dump_yaml(example_manifests(shapes[-1])), end="")
+    print(dump_yaml(example_manifests(shapes[-1], args.kind)), end="")
     return EXIT_OK
-
-
-def example_manifests(shape: SliceShape, name: str = "tpu-job") -> list[dict[str, Any]]:
-    """A headless Service and an Indexed Job for the shape, ready for `kubectl create -f`."""
-    chips = str(shape.chips_per_host)
-    job: dict[str, Any] = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "backoffLimit": 0,
-            "completions": shape.hosts,
-            "parallelism": shape.hosts,
-            "completionMode": "Indexed",
-            "template": {
-                "spec": {
-                    "subdomain": name,
-                    "restartPolicy": "Never",
-                    "nodeSelector": {
-                        ACCELERATOR_LABEL: shape.accelerator,
-                        TOPOLOGY_LABEL: shape.topology,
-                    },
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": "python:3.11",
-                            "command": ["python", "-c", "import jax; print(jax.device_count())"],
-                            "resources": {
-                                "requests": {TPU_RESOURCE: chips},
-                                "limits": {TPU_RESOURCE: chips},
-                            },
-                        }
-                    ],
-                }
-            },
-        },
-    }
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name},
-        "spec": {"clusterIP": "None", "selector": {"job-name": name}},
-    }
-    return [service, job]
 
 
 def dump_yaml(documents: Sequence[Mapping[str, Any]]) -> str:

@@ -19,10 +19,15 @@ from typing import Any
 
 import orjson
 
-from webhook.admission.trigger import CONTAINER_LISTS, TPU_RESOURCES, TPU_SELECTOR_KEYS
-from webhook.policy.workloads import WORKLOADS, Workload
+from webhook.admission.trigger import (
+    AFFINITY_TERMS,
+    CONTAINER_LISTS,
+    TPU_RESOURCES,
+    TPU_SELECTOR_KEYS,
+)
+from webhook.policy.workloads import EACH, WORKLOADS, Workload
 
-EVERY_ITEM = "*"  # a path step: every item of the list at this point
+EVERY_ITEM = EACH  # a path step: every item of the list at this point
 API_GROUP = "admissionregistration.k8s.io/v1"
 
 Steps = tuple[str, ...]
@@ -40,9 +45,8 @@ class Kind:
 
 
 def registered_kinds(workloads: Iterable[Workload] = WORKLOADS.values()) -> tuple[Kind, ...]:
-    """The workload table, read for registration. Every kind of the table is core, batch or apps
-    v1 with one pod spec today; this is the one place that reads the table's fields."""
-    return tuple(Kind(w.group, "v1", w.kind, w.resource, (w.pod_spec,)) for w in workloads)
+    """The workload table, read for registration (the one place that reads its fields)."""
+    return tuple(Kind(w.group, w.version, w.kind, w.resource, w.pod_spec_paths) for w in workloads)
 
 
 def rules(kinds: Iterable[Kind] | None = None) -> list[dict[str, Any]]:
@@ -111,7 +115,9 @@ def _guard(base: str, path: Steps) -> str:
 
 
 def _tpu_spec(s: str) -> str:
+    keys = "[" + ", ".join(f"'{key}'" for key in TPU_SELECTOR_KEYS) + "]"
     selector = "\n        || ".join(f"'{key}' in {s}.nodeSelector" for key in TPU_SELECTOR_KEYS)
+    terms = _field(s, AFFINITY_TERMS)
     containers = "\n      + ".join(
         f"(has({s}.{name}) ? {s}.{name} : [])" for name in CONTAINER_LISTS
     )
@@ -123,6 +129,9 @@ def _tpu_spec(s: str) -> str:
     return (
         f"  (has({s}.nodeSelector)\n"
         f"    && ({selector}))\n"
+        f"  || ({_guard(s, AFFINITY_TERMS)}\n"
+        f"    && {terms}.exists(t, has(t.matchExpressions)\n"
+        f"      && t.matchExpressions.exists(e, e.key in {keys})))\n"
         f"  || ({containers}).exists(c,\n"
         f"    has(c.resources)\n"
         f"    && ({asks}))"

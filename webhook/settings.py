@@ -23,7 +23,14 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     max_body_bytes: int = Field(default=3 * 1024 * 1024, ge=1024)
     # Copy cpu and memory limits from requests (and back) on TPU containers, like google.com/tpu.
-    copy_cpu_memory_limits: bool = True
+    # Off by default: a copied limit changes the Pod's QoS class and throttles its CPU.
+    copy_cpu_memory_limits: bool = False
+    # Write TPU_WORKER_ID / TPU_WORKER_HOSTNAMES where missing; False only checks what is set
+    # (for clusters where GKE's own injection into Indexed Jobs is preferred).
+    inject_worker_env: bool = True
+    # Write MEGASCALE_NUM_SLICES / _SLICE_ID / _COORDINATOR_ADDRESS into a JobSet's TPU
+    # replicatedJobs of several slices where missing (opt-in: GKE may write them itself).
+    inject_megascale: bool = False
     cert_reload_seconds: float = Field(default=2.0, gt=0)
     # Readiness fails once changed certificate files could not be loaded for this long.
     cert_reload_failing_seconds: float = Field(default=60.0, ge=0)

@@ -47,6 +47,17 @@ EXPECTED_RULES = [
     {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]},
     {"apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs", "cronjobs"]},
     {"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments", "statefulsets"]},
+    {"apiGroups": ["jobset.x-k8s.io"], "apiVersions": ["v1alpha2"], "resources": ["jobsets"]},
+    {
+        "apiGroups": ["leaderworkerset.x-k8s.io"],
+        "apiVersions": ["v1"],
+        "resources": ["leaderworkersets"],
+    },
+    {
+        "apiGroups": ["ray.io"],
+        "apiVersions": ["v1"],
+        "resources": ["rayclusters", "rayjobs", "rayservices"],
+    },
 ]
 
 Manifest = dict[str, Any]

@@ -18,31 +18,13 @@ from tests.unit import apply, expected, findings, overwritten, workload_of
 from webhook.catalog import load_catalog
 from webhook.catalog.tpu import ACCELERATOR_LABEL, TOPOLOGY_LABEL, SliceShape
 from webhook.policy import decide
+from webhook.policy.rules import BY_CODE
 
 CASES = Path(__file__).resolve().parents[1] / "cases"
 CATALOG = load_catalog()
 OPTIONS = decide.Options()
 
-RULE_CODES = frozenset(
-    {
-        "tpu.accelerator-missing",
-        "tpu.topology-missing",
-        "tpu.accelerator-unknown",
-        "tpu.topology-invalid",
-        "tpu.chips-per-host",
-        "tpu.requests-limits-differ",
-        "tpu.multiple-tpu-containers",
-        "tpu.resources-exceed-node",
-        "tpu.multihost-not-indexed",
-        "tpu.multihost-parallelism",
-        "tpu.multihost-unsupported-workload",
-        "tpu.worker-env-conflict",
-        "tpu.hostname-too-long",
-        "tpu.quantity-invalid",
-        "tpu.multihost-retries",
-        "tpu.subdomain-defaulted",
-    }
-)
+RULE_CODES = frozenset(BY_CODE)
 
 
 def load_cases(kind: str) -> list[dict[str, Any]]:
@@ -59,9 +41,15 @@ MUTATE = load_cases("mutate")
 
 
 def selector(obj: dict[str, Any]) -> dict[str, Any]:
-    spec = workload_of(obj).spec_of(obj)
+    spec = workload_of(obj).sites(obj)[0].spec
     labels = spec.get("nodeSelector") if isinstance(spec, dict) else None
     return dict(labels or {})
+
+
+def options_of(case: dict[str, Any]) -> decide.Options:
+    """The case's `options` (Options fields; lists as tuples), else the defaults."""
+    given = {k: tuple(v) if isinstance(v, list) else v for k, v in case.get("options", {}).items()}
+    return decide.Options(**given)
 
 
 @pytest.mark.parametrize("case", VALIDATE, ids=[c["name"] for c in VALIDATE])
@@ -78,13 +66,14 @@ def test_validate_case(case: dict[str, Any]) -> None:
 def test_mutate_case(case: dict[str, Any]) -> None:
     obj = case["object"]
     sent = copy.deepcopy(obj)
-    verdict = decide.mutate(obj, workload_of(obj), CATALOG, OPTIONS)
+    options = options_of(case)
+    verdict = decide.mutate(obj, workload_of(obj), CATALOG, options)
     result = apply(obj, verdict.patch)
     assert result == case["mutated"]
     assert findings(verdict.warnings) == expected(case.get("warnings"))
     assert [op["op"] for op in verdict.patch if op["op"] != "add"] == []
     assert overwritten(obj, verdict.patch) == []
-    assert decide.mutate(result, workload_of(result), CATALOG, OPTIONS).patch == ()
+    assert decide.mutate(result, workload_of(result), CATALOG, options).patch == ()
     assert (result == obj) == (verdict.patch == ())
     assert obj == sent
 

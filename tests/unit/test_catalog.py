@@ -97,8 +97,9 @@ FACTS: dict[str, tuple[dict[str, int], dict[str, set[tuple[int, int]]]]] = {
         },
     ),
     "tpu7x": (
-        {"tpu7x-standard-4t": 4},
+        {"tpu7x-standard-4t": 4, "tpu7x-standard-1t": 1},  # 1t: ecosystem-facts.md
         {
+            "1x1x1": {(1, 1)},
             "2x2x1": {(1, 4)},
             "2x2x2": {(2, 4)},
             "2x2x4": {(4, 4)},

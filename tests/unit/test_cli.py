@@ -242,6 +242,26 @@ def test_explain_describes_the_hosts_and_prints_a_job_that_passes_check(
     )
 
 
+def test_explain_prints_a_jobset_for_the_slice_that_passes_check(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, _ = run(capsys, "explain", "tpu-v6e-slice", "4x4", "--kind", "jobset")
+    _, _, manifests = out.partition("---\n")
+    (jobset,) = yaml_documents(manifests)
+    assert code == 0
+    assert jobset["kind"] == "JobSet"
+    (replicated,) = jobset["spec"]["replicatedJobs"]
+    job = replicated["template"]["spec"]
+    assert (job["parallelism"], job["completions"], job["completionMode"]) == (4, 4, "Indexed")
+    path = tmp_path / "jobset.yaml"
+    path.write_text(manifests)
+    assert run(capsys, "check", "-f", str(path)) == (
+        0,
+        "JobSet/tpu-jobset: admitted (patched: 1 operation)\n",
+        "",
+    )
+
+
 def test_explain_without_a_topology_lists_what_the_accelerator_offers(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -209,8 +209,9 @@ def test_multihost_unsupported_workload_says_what_to_run_instead() -> None:
     assert messages(deployment, "tpu.multihost-unsupported-workload") == [
         "spec.template.spec.nodeSelector[cloud.google.com/gke-tpu-topology]: Forbidden: "
         "tpu-v4-podslice 2x2x4 = 16 chips at 4 per host needs 4 hosts, and a Deployment cannot "
-        "form a multi-host slice; run it as an Indexed Job with parallelism 4 (or a StatefulSet "
-        "or LeaderWorkerSet), or pick a single-host topology"
+        "form a multi-host slice (its Pods have no TPU_WORKER_ID); run it as an Indexed Job with "
+        "parallelism 4, a JobSet, a LeaderWorkerSet or a RayCluster, or pick a single-host "
+        "topology"
     ]
 
 

@@ -14,13 +14,14 @@ from tests.unit.test_cases import CATALOG, MUTATE, VALIDATE
 from webhook.admission.dispatch import Policy, review_request
 from webhook.admission.review import GroupVersionKind, Request, parse_review_prefiltered
 from webhook.admission.trigger import (
+    AFFINITY_TERMS,
     CONTAINER_LISTS,
     TPU_MARKERS,
     TPU_RESOURCES,
     TPU_SELECTOR_KEYS,
     may_be_tpu,
 )
-from webhook.policy.decide import ALLOW, tpu_view
+from webhook.policy.decide import ALLOW, tpu_sites
 from webhook.policy.workloads import workload_for
 from webhook.registration import tpu_match_expression
 
@@ -48,12 +49,32 @@ container = st.fixed_dictionaries(
         )
     },
 )
+expression = st.fixed_dictionaries(
+    {
+        "key": st.sampled_from([*TPU_SELECTOR_KEYS, *OTHER_KEYS]),
+        "operator": st.just("In"),
+        "values": st.just(["x"]),
+    }
+)
+terms = st.lists(
+    st.fixed_dictionaries({}, optional={"matchExpressions": st.lists(expression, max_size=2)}),
+    max_size=2,
+)
+
+
+def nest(path: tuple[str, ...], value: object) -> object:
+    for name in reversed(path):
+        value = {name: value}
+    return value
+
+
 pod_spec = st.fixed_dictionaries(
     {},
     optional={
         "nodeSelector": st.dictionaries(
             st.sampled_from([*TPU_SELECTOR_KEYS, *OTHER_KEYS]), st.sampled_from(["2x4", "x"])
         ),
+        AFFINITY_TERMS[0]: terms.map(lambda t: nest(AFFINITY_TERMS[1:], t)),
         **{name: st.lists(container, max_size=3) for name in CONTAINER_LISTS},
     },
 )
@@ -63,6 +84,12 @@ def by_the_names(spec: dict[str, Any]) -> bool:
     """The trigger as the CEL filter states it, over the same names."""
     if any(key in spec.get("nodeSelector", {}) for key in TPU_SELECTOR_KEYS):
         return True
+    found: Any = spec
+    for name in AFFINITY_TERMS:
+        found = found.get(name, {}) if isinstance(found, dict) else {}
+    for term in found or []:
+        if any(e["key"] in TPU_SELECTOR_KEYS for e in term.get("matchExpressions", [])):
+            return True
     return any(
         resource in c.get("resources", {}).get(which, {})
         for name in CONTAINER_LISTS
@@ -76,7 +103,7 @@ def by_the_names(spec: dict[str, Any]) -> bool:
 def test_the_policy_and_the_filters_agree_on_what_is_a_tpu_workload(spec: dict[str, Any]) -> None:
     assert POD is not None
     obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
-    is_tpu = tpu_view(obj, POD) is not None
+    is_tpu = tpu_sites(obj, POD) != []
     assert is_tpu == by_the_names(spec)
     if is_tpu:
         assert may_be_tpu(review_body(obj)), "the pre-filter would skip a TPU workload"
@@ -88,6 +115,7 @@ def test_the_cel_filter_tests_exactly_the_trigger_names() -> None:
         assert f"'{name}' in " in expression
     for name in CONTAINER_LISTS:
         assert f"has(s.{name})" in expression
+    assert f"s.{'.'.join(AFFINITY_TERMS)}.exists(t, " in expression
 
 
 def test_no_case_the_policy_acts_on_is_skipped_by_the_pre_filter() -> None:

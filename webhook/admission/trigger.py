@@ -1,7 +1,8 @@
 """What makes an object a TPU workload, for the two filters in front of the policy.
 
-A pod spec is a TPU workload when its nodeSelector has a TPU key or one of its containers (init
-containers included) requests or limits a TPU resource: the policy's own test (read_tpu_spec).
+A pod spec is a TPU workload when its nodeSelector, or a term of its required node affinity,
+names a TPU key, or one of its containers (init containers included) requests or limits a TPU
+resource: the policy's own test (read_tpu_spec).
 The API server's filter (the matchConditions CEL, webhook.registration) and the byte pre-filter
 of the server (`may_be_tpu`) are built from these names; tests/unit/test_trigger.py keeps the
 three in agreement.
@@ -13,8 +14,11 @@ import os
 import re
 
 from webhook.catalog.tpu import ACCELERATOR_LABEL, TOPOLOGY_LABEL, TPU_RESOURCE
+from webhook.policy.podspec import AFFINITY_TERMS
 
-TPU_SELECTOR_KEYS = (ACCELERATOR_LABEL, TOPOLOGY_LABEL)
+__all__ = ["AFFINITY_TERMS", "CONTAINER_LISTS", "TPU_MARKERS", "TPU_RESOURCES", "TPU_SELECTOR_KEYS"]
+
+TPU_SELECTOR_KEYS = (ACCELERATOR_LABEL, TOPOLOGY_LABEL)  # in nodeSelector or AFFINITY_TERMS
 TPU_RESOURCES = (TPU_RESOURCE,)
 CONTAINER_LISTS = ("containers", "initContainers")
 

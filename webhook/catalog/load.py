@@ -41,13 +41,16 @@ class _Port(_Model):
 class _MachineType(_Model):
     name: str = Field(min_length=1)
     chips: int = Field(gt=0)
-    cpu: str
-    memory: str
+    # Omitted where no public source gives the figure: requests are then not checked against it.
+    cpu: str | None = None
+    memory: str | None = None
     unconfirmed: tuple[Literal["cpu", "memory"], ...] = ()
 
     @field_validator("cpu", "memory", mode="before")
     @classmethod
-    def _quantity(cls, value: Any) -> str:
+    def _quantity(cls, value: Any) -> str | None:
+        if value is None:
+            return None
         try:
             parse_quantity(value)
         except QuantityError as error:
@@ -78,6 +81,8 @@ class _Accelerator(_Model):
     single_host: tuple[str, ...] = Field(default=(), alias="singleHost")
     multi_host: _MultiHost | None = Field(default=None, alias="multiHost")
     multiple_tpu_containers: bool = Field(default=False, alias="multipleTpuContainers")
+    aliases: tuple[str, ...] = ()
+    dynamic_slicing: bool = Field(default=False, alias="dynamicSlicing")
 
     @model_validator(mode="after")
     def _topologies_fit(self) -> _Accelerator:
@@ -191,10 +196,10 @@ def _build(data: _CatalogFile) -> Catalog:
                 MachineType(
                     m.name,
                     m.chips,
-                    parse_quantity(m.cpu),
-                    parse_quantity(m.memory),
-                    m.cpu,
-                    m.memory,
+                    None if m.cpu is None else parse_quantity(m.cpu),
+                    None if m.memory is None else parse_quantity(m.memory),
+                    m.cpu or "",
+                    m.memory or "",
                     frozenset(m.unconfirmed),
                 )
                 for m in a.machine_types
@@ -205,6 +210,8 @@ def _build(data: _CatalogFile) -> Catalog:
             multiple_of=a.multi_host.multiple_of if a.multi_host else None,
             max_chips=a.multi_host.max_chips if a.multi_host else None,
             multiple_tpu_containers=a.multiple_tpu_containers,
+            aliases=a.aliases,
+            dynamic_slicing=a.dynamic_slicing,
         )
         for a in data.accelerators
     ]

@@ -6,12 +6,18 @@ Every number a rule uses comes from here; every lookup a request makes is a dict
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 
 ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
 TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
+# The workload's own slice, on the Pod (template) metadata: GKE dynamic slicing and sub-slicing.
+# It wins over the topology selector, which then names the node pool's slice.
+SLICE_TOPOLOGY_ANNOTATION = "cloud.google.com/gke-tpu-slice-topology"
+# GKE's escape hatch from its own TPU admission check, honoured for ours too.
+SKIP_CHECK_ANNOTATION = "cloud.google.com/skip-tpu-webhook-check"
 TPU_RESOURCE = "google.com/tpu"
 TPU_WORKER_ID = "TPU_WORKER_ID"
 TPU_WORKER_HOSTNAMES = "TPU_WORKER_HOSTNAMES"
@@ -19,6 +25,11 @@ JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 LEGACY_JOB_NAME_LABEL = "job-name"
 POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
+# Kueue: a queued workload gets its ResourceFlavor's node labels when Kueue admits it.
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+# The project's own opt-out, on an object (or its namespace): the webhook leaves it alone.
+OPT_OUT_LABEL = "tpu-webhook.io/ignore"
+HOST_NETWORK_DNS_POLICY = "ClusterFirstWithHostNet"
 MAX_HOSTNAME_LENGTH = 63
 MAX_PORT_NAME_LENGTH = 15  # a container port's name is an IANA service name
 
@@ -33,8 +44,8 @@ class Port:
 class MachineType:
     name: str
     chips: int
-    cpu: Decimal
-    memory: Decimal
+    cpu: Decimal | None  # None: no public figure; requests are not checked against it
+    memory: Decimal | None
     cpu_text: str
     memory_text: str
     unconfirmed: frozenset[str] = frozenset()  # "cpu" / "memory": sources disagree
@@ -76,6 +87,10 @@ class Accelerator:
     max_chips: int | None
     multiple_tpu_containers: bool
     shapes: Mapping[str, tuple[SliceShape, ...]] = field(repr=False)
+    # Names people write for this accelerator (`tpu-v6e`, `v5e`, `ironwood`): near misses.
+    aliases: tuple[str, ...] = ()
+    # The slice may be given by the slice-topology annotation alone (GKE dynamic slicing).
+    dynamic_slicing: bool = False
     chips_per_host: Mapping[str, tuple[int, ...]] = field(repr=False, default_factory=dict)
 
     @property
@@ -109,8 +124,20 @@ def edit_distance(a: str, b: str) -> int:
     return previous[len(b)]
 
 
-def _digits(text: str) -> str:
-    return "".join(c for c in text if c.isdigit())
+_GENERATION = re.compile(r"\d+[a-z]?")
+
+
+def generation_mark(text: str) -> str:
+    """The digits of a label and the letter right after them: `tpu-v5e-slice` -> `5e`,
+    `tpu-v5p-slice` -> `5p`, `tpu-v4-podslice` -> `4`, `tpu7x` -> `7x`. Two labels with other
+    marks belong to other generations: one is never a typo of the other."""
+    found = _GENERATION.search(text)
+    return found.group(0) if found else ""
+
+
+def _squeezed(text: str) -> str:
+    """Lowercase without separators: `TPU_v6e`, `tpu-v6e` and `tpu v6e` read alike."""
+    return re.sub(r"[-_. ]", "", text.lower())
 
 
 def topology_dimensions(topology: str) -> tuple[int, ...] | None:
@@ -126,7 +153,8 @@ class Catalog:
     accelerators: Mapping[str, Accelerator]
     ports: tuple[Port, ...]
     unverified: frozenset[str]
-    _near_misses: Mapping[str, str] = field(repr=False)
+    _near_misses: Mapping[str, str] = field(repr=False)  # squeezed alias or machine type -> label
+    _spellings: tuple[tuple[str, str], ...] = field(repr=False, default=())  # (lowercase, label)
 
     def accelerator(self, name: str) -> Accelerator | None:
         return self.accelerators.get(name)
@@ -135,23 +163,25 @@ class Catalog:
         return accelerator.shapes.get(topology, ())
 
     def near_miss(self, value: str) -> str | None:
-        """The known label `value` most likely meant (a typo or a machine type), if any.
-
-        A typo keeps the generation's digits and is a character or two away; a label with other
-        digits (`tpu-v9-slice`) may be a newer generation, never a typo of a known one.
+        """The known label `value` most likely meant, if it is surely a mistake for one: a name
+        people use for a generation (`tpu-v6e`, `tpu-v5e-slice`), a machine type used as the
+        label, or a typo a character or two from a label or one of those names that keeps the
+        generation's mark (`tpu-v5e-...` is never taken for `tpu-v5p-slice`). A label of an
+        unknown generation (`tpu-v9-slice`, `tpu8`) may be a newer one, never a mistake.
         """
         if value in self.unverified:
             return None
-        known = self._near_misses.get(value)
+        known = self._near_misses.get(_squeezed(value))
         if known is not None:
             return known
         wanted = value.lower()
+        mark = generation_mark(wanted)
         scored = sorted(
-            (edit_distance(wanted, name), name)
-            for name in self.accelerators
-            if _digits(name) == _digits(wanted)
+            (edit_distance(wanted, spelling), label)
+            for spelling, label in self._spellings
+            if generation_mark(spelling) == mark
         )
-        if scored and scored[0][0] <= (1 if len(scored[0][1]) < 10 else 2):
+        if scored and scored[0][0] <= (1 if len(wanted) < 10 else 2):
             return scored[0][1]
         return None
 
@@ -173,6 +203,8 @@ def build_accelerator(
     multiple_of: int | None = None,
     max_chips: int | None = None,
     multiple_tpu_containers: bool = False,
+    aliases: Iterable[str] = (),
+    dynamic_slicing: bool = False,
 ) -> Accelerator:
     """Index every (topology, chips per host) this accelerator can run."""
     machines = tuple(machine_types)
@@ -204,6 +236,8 @@ def build_accelerator(
         multiple_of=multiple_of,
         max_chips=max_chips,
         multiple_tpu_containers=multiple_tpu_containers,
+        aliases=tuple(aliases),
+        dynamic_slicing=dynamic_slicing,
         shapes={topology: tuple(options) for topology, options in shapes.items()},
         chips_per_host={
             topology: tuple(sorted({s.chips_per_host for s in options}))
@@ -216,8 +250,13 @@ def build_catalog(
     accelerators: Iterable[Accelerator], ports: Iterable[Port], unverified: Iterable[str] = ()
 ) -> Catalog:
     table = {a.name: a for a in accelerators}
-    near = {m.name: a.name for a in table.values() for m in a.machine_types}
-    return Catalog(table, tuple(ports), frozenset(unverified), near)
+    near: dict[str, str] = {}
+    spellings: list[tuple[str, str]] = []
+    for a in table.values():
+        for other in (*a.aliases, *(m.name for m in a.machine_types), a.name):
+            near[_squeezed(other)] = a.name
+        spellings += [(name.lower(), a.name) for name in (a.name, *a.aliases)]
+    return Catalog(table, tuple(ports), frozenset(unverified), near, tuple(spellings))
 
 
 def _chips(topology: str) -> int:

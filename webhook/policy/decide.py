@@ -6,8 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from webhook.catalog.tpu import TPU_RESOURCE, Catalog
+from webhook.catalog.tpu import TPU_RESOURCE, Catalog, SliceShape
 from webhook.policy import slice_rules, spec_rules
+from webhook.policy.context import Context, read_context, skips_checks
 from webhook.policy.mutate import (
     PatchOp,
     add_missing_env,
@@ -15,15 +16,24 @@ from webhook.policy.mutate import (
     copy_missing_limits,
     worker_env,
 )
+from webhook.policy.owners import jobset, leaderworkerset
 from webhook.policy.podspec import TpuSpec, read_tpu_spec, slice_shape
 from webhook.policy.violations import Violation
-from webhook.policy.workloads import Workload
+from webhook.policy.workloads import Site, Workload
 
 
 @dataclass(frozen=True, slots=True)
 class Options:
     # Resources whose missing limit (or request) is copied from the other on TPU containers.
-    copy_resources: tuple[str, ...] = (TPU_RESOURCE, "cpu", "memory")
+    # google.com/tpu only by default: a cpu or memory limit changes the Pod's QoS class and
+    # throttles its CPU, and authors leave them out on purpose.
+    copy_resources: tuple[str, ...] = (TPU_RESOURCE,)
+    # Write TPU_WORKER_ID / TPU_WORKER_HOSTNAMES (and a subdomain) where they are missing.
+    # False: only check what is set, for clusters where GKE's own injection is preferred.
+    inject_worker_env: bool = True
+    # Write MEGASCALE_NUM_SLICES / _SLICE_ID / _COORDINATOR_ADDRESS into a JobSet's TPU
+    # replicatedJobs of several slices where missing (opt-in: GKE may inject them itself).
+    inject_megascale: bool = False
 
 
 class Verdict(
@@ -43,24 +53,41 @@ class Verdict(
 ALLOW = Verdict()
 
 
-def tpu_view(obj: Mapping[str, Any], workload: Workload) -> TpuSpec | None:
-    """The TPU view of the object's pod spec; None for anything that is not a TPU workload."""
-    return read_tpu_spec(workload.spec_of(obj), workload.spec_path, workload.spec_pointer)
+def tpu_sites(obj: Mapping[str, Any], workload: Workload) -> list[tuple[Site, TpuSpec]]:
+    """The pod templates of the object that are TPU workloads; [] for anything else."""
+    found = []
+    for site in workload.sites(obj):
+        tpu = read_tpu_spec(
+            site.spec, site.spec_path, site.spec_pointer, site.metadata, site.meta_path
+        )
+        if tpu is not None:
+            found.append((site, tpu))
+    return found
 
 
 def mutate(
     obj: Mapping[str, Any], workload: Workload, catalog: Catalog, options: Options
 ) -> Verdict:
-    tpu = tpu_view(obj, workload)
-    if tpu is None:
+    sites = tpu_sites(obj, workload)
+    if not sites:
         return ALLOW
-    ops = copy_missing_limits(tpu, options.copy_resources)
-    ops += add_missing_ports(tpu, catalog.ports)
+    context = read_context(obj)
+    if context.opted_out:
+        return ALLOW
+    ops: list[PatchOp] = []
     warnings: list[Violation] = []
-    shape = slice_shape(tpu, catalog)
-    if shape is not None and shape.multi_host:
-        env, extra_ops, warnings = worker_env(obj, workload, tpu, shape)
-        ops += extra_ops + add_missing_env(tpu, env)
+    for site, tpu in sites:
+        ops += copy_missing_limits(tpu, options.copy_resources)
+        ops += add_missing_ports(tpu, catalog.ports)
+        if options.inject_megascale and workload.kind == "JobSet" and tpu.chips:
+            ops += add_missing_env(tpu, jobset.megascale_env(obj, site))
+        if not options.inject_worker_env or len(tpu.app_chips()) != 1:
+            continue  # several TPU containers per host: projects number them differently
+        shape = slice_shape(tpu, catalog)
+        if shape is not None and shape.multi_host:
+            env, extra_ops, found = worker_env(obj, site, tpu, shape, context)
+            ops += extra_ops + add_missing_env(tpu, env)
+            warnings += found
     return Verdict(warnings=tuple(warnings), patch=tuple(ops))
 
 
@@ -71,20 +98,12 @@ def validate(
     old: Mapping[str, Any] | None = None,
 ) -> Verdict:
     """Every violation; on UPDATE (`old` given) only those the update introduces deny."""
-    tpu = tpu_view(obj, workload)
-    if tpu is None:
-        return ALLOW
-    found = violations(obj, workload, catalog, tpu)
-    if old is not None:
-        old_tpu = tpu_view(old, workload)
-        before = (
-            set()
-            if old_tpu is None
-            else {(v.code, str(v.field)) for v in violations(old, workload, catalog, old_tpu)}
-        )
-        found = [v for v in found if v.advisory or (v.code, str(v.field)) not in before]
+    found = violations(obj, workload, catalog)
     if not found:
         return ALLOW
+    if old is not None:
+        before = {(v.code, str(v.field)) for v in violations(old, workload, catalog)}
+        found = [v for v in found if v.advisory or (v.code, str(v.field)) not in before]
     denials: list[Violation] = []
     warnings: list[Violation] = []
     for v in found:
@@ -92,28 +111,83 @@ def validate(
     return Verdict(denials=tuple(denials), warnings=tuple(warnings))
 
 
-def violations(
-    obj: Mapping[str, Any], workload: Workload, catalog: Catalog, tpu: TpuSpec
+def violations(obj: Mapping[str, Any], workload: Workload, catalog: Catalog) -> list[Violation]:
+    sites = tpu_sites(obj, workload)
+    if not sites:
+        return []
+    context = read_context(obj)
+    if context.opted_out or context.skip_checks:
+        return []
+    found: list[Violation] = []
+    for site, tpu in sites:
+        if skips_checks(tpu.annotations):
+            continue
+        found += check_pod_spec(tpu, catalog, context.deferred)
+        shape = slice_shape(tpu, catalog)
+        if shape is None:
+            continue
+        found += spec_rules.check_node_capacity(tpu, shape)
+        if not tpu.chips:
+            continue  # a Pod without chips is no host of the slice
+        if shape.multi_host:
+            found += check_slice(obj, workload.kind, site, tpu, shape, context)
+        elif (
+            context.owner is None and site.template.hosts and site.template.hosts.counts_single_host
+        ):
+            found += slice_rules.check_host_counts(obj, site, shape)
+    if context.owner is None:
+        found += check_owner(obj, workload.kind, sites, catalog)
+    return found
+
+
+def check_owner(
+    obj: Mapping[str, Any], kind: str, sites: list[tuple[Site, TpuSpec]], catalog: Catalog
 ) -> list[Violation]:
-    found = [
-        *spec_rules.check_accelerator(tpu, catalog),
-        *spec_rules.check_topology(tpu, catalog),
+    """What belongs to an owner kind as a whole (its own field paths, its own numbering)."""
+    found: list[Violation] = []
+    if kind == "LeaderWorkerSet":
+        found += leaderworkerset.check(obj, sites, catalog)
+    elif kind == "JobSet":
+        for site, tpu in sites:
+            if not tpu.chips or skips_checks(tpu.annotations):
+                continue
+            found += jobset.check_multislice(obj, site, tpu)
+            shape = slice_shape(tpu, catalog)
+            if shape is not None and shape.multi_host:
+                found += jobset.check_slice(obj, site, tpu, shape)
+    return found
+
+
+def check_pod_spec(tpu: TpuSpec, catalog: Catalog, deferred: str | None) -> list[Violation]:
+    """What holds for any TPU pod spec, whoever made it."""
+    return [
+        *spec_rules.check_accelerator(tpu, catalog, deferred),
+        *spec_rules.check_topology(tpu, catalog, deferred),
         *spec_rules.check_chip_counts(tpu, catalog),
         *spec_rules.check_requests_equal_limits(tpu),
         *spec_rules.check_single_tpu_container(tpu, catalog),
         *spec_rules.check_quantities(tpu),
     ]
-    shape = slice_shape(tpu, catalog)
-    if shape is None:
-        return found
-    found += spec_rules.check_node_capacity(tpu, shape)
-    if shape.multi_host:
-        found += [
-            *slice_rules.check_workload_can_form_slice(obj, workload, tpu, shape),
-            *slice_rules.check_indexed(obj, workload, shape),
-            *slice_rules.check_host_counts(obj, workload, shape),
-            *slice_rules.check_worker_env(tpu, shape),
-            *slice_rules.check_hostname_length(obj, workload, shape),
-            *slice_rules.check_retries(obj, workload, shape),
-        ]
-    return found
+
+
+def check_slice(
+    obj: Mapping[str, Any],
+    kind: str,
+    site: Site,
+    tpu: TpuSpec,
+    shape: SliceShape,
+    context: Context,
+) -> list[Violation]:
+    """How the object forms its slice: decided where a user wrote it, not at a controller's
+    child (its owner numbers the hosts); a child's worker variables only warn."""
+    if context.owner is not None:
+        return slice_rules.check_worker_env(tpu, shape, advisory=True)
+    return [
+        *slice_rules.check_workload_can_form_slice(kind, site, tpu, shape),
+        *slice_rules.check_indexed(obj, site, shape),
+        *slice_rules.check_host_counts(obj, site, shape),
+        *slice_rules.check_worker_env(tpu, shape),
+        *slice_rules.check_hostname_length(obj, site, shape),
+        *slice_rules.check_retries(obj, site, shape),
+        *slice_rules.check_host_network_dns(tpu, shape),
+    ]

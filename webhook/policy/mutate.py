@@ -20,13 +20,14 @@ from webhook.catalog.tpu import (
     Port,
     SliceShape,
 )
+from webhook.policy.context import Context
 from webhook.policy.podspec import Container, TpuSpec, quantity
-from webhook.policy.slice_rules import owned_by_slice_controller
 from webhook.policy.violations import ErrorType, Violation
-from webhook.policy.workloads import Workload, dig
+from webhook.policy.workloads import Site, dig
 
 PatchOp = dict[str, Any]
 NAME_PATH = ("metadata", "name")
+JOB = ("batch", "Job")
 EnvVar = dict[str, Any]
 
 
@@ -52,28 +53,34 @@ def copy_missing_limits(tpu: TpuSpec, resources: Iterable[str]) -> list[PatchOp]
 
 
 def add_missing_ports(tpu: TpuSpec, ports: Iterable[Port]) -> list[PatchOp]:
-    """The catalog's TPU ports on each TPU container, unless a port with that number is there."""
-    taken: set[object] | None = None  # every port name of the pod, read when a port is missing
-    counters: dict[str, int] = {}
-    ops: list[PatchOp] = []
+    """The catalog's TPU ports, once per Pod, on its first TPU app container: a port number no
+    container of the Pod declares yet (a Pod rejects one number twice under hostNetwork, where
+    the API server makes each containerPort a hostPort). Under hostNetwork nothing is added:
+    a declared port would reserve that port of the node for this Pod alone."""
+    if tpu.host_network:
+        return []
+    target = None
     for container in tpu.tpu_containers:
-        if container.init:
+        if not container.init:
+            target = container
+            break
+    if target is None:
+        return []
+    numbers: set[object] = set()
+    names: set[object] = set()
+    for c in tpu.containers:
+        present = c.body.get("ports")
+        numbers |= _values(present, "containerPort") | _values(present, "hostPort")
+        names |= _values(present, "name")
+    counters: dict[str, int] = {}
+    missing = []
+    for port in ports:
+        if port.container_port in numbers:
             continue
-        numbers = _values(container.body.get("ports"), "containerPort")
-        missing = []
-        for port in ports:
-            if port.container_port in numbers:
-                continue
-            if taken is None:
-                taken = set()
-                for c in tpu.containers:
-                    taken |= _values(c.body.get("ports"), "name")
-            name = _unique(port.name, taken, counters)
-            taken.add(name)
-            missing.append({"name": name, "containerPort": port.container_port, "protocol": "TCP"})
-        if missing:
-            ops += _append(container.pointer("ports"), container.body.get("ports"), missing)
-    return ops
+        name = _unique(port.name, names, counters)
+        names.add(name)
+        missing.append({"name": name, "containerPort": port.container_port, "protocol": "TCP"})
+    return _append(target.pointer("ports"), target.body.get("ports"), missing)
 
 
 def add_missing_env(tpu: TpuSpec, env: list[EnvVar]) -> list[PatchOp]:
@@ -94,15 +101,22 @@ def add_missing_env(tpu: TpuSpec, env: list[EnvVar]) -> list[PatchOp]:
 
 
 def worker_env(
-    obj: Mapping[str, Any], workload: Workload, tpu: TpuSpec, shape: SliceShape
+    obj: Mapping[str, Any], site: Site, tpu: TpuSpec, shape: SliceShape, context: Context
 ) -> tuple[list[EnvVar], list[PatchOp], list[Violation]]:
-    """TPU_WORKER_ID / TPU_WORKER_HOSTNAMES of a multi-host workload, and a defaulted subdomain."""
-    hosts = workload.hosts
+    """TPU_WORKER_ID / TPU_WORKER_HOSTNAMES of a multi-host workload, and a defaulted subdomain,
+    where tpu-webhook knows how the workload numbers its hosts. Never where the owner's own
+    machinery writes them (LeaderWorkerSet, KubeRay): LeaderWorkerSet writes none of its
+    variables once either one is present."""
+    hosts = site.template.hosts
     if hosts is None:
-        return _pod_worker_env(obj, workload, tpu, shape)
+        if context.owner is not None and (context.owner.group, context.owner.kind) == JOB:
+            return _pod_worker_env(obj, tpu, shape)
+        return [], [], []
+    if not hosts.injects or (context.owner is not None and not hosts.whole_slice_when_owned):
+        return [], [], []  # e.g. a LeaderWorkerSet's StatefulSet: only part of a slice
     if hosts.indexed_mode is not None:
         mode, required = hosts.indexed_mode
-        if dig(obj, hosts.paths[mode]) != required:
+        if dig(obj, site.resolve(hosts.paths[mode])) != required:
             return [], [], []
     env: list[EnvVar] = [
         {"name": TPU_WORKER_ID, "valueFrom": {"fieldRef": {"fieldPath": hosts.index_field_ref}}}
@@ -113,7 +127,7 @@ def worker_env(
     ops: list[PatchOp] = []
     warnings: list[Violation] = []
     if hosts.service is not None:
-        service = dig(obj, hosts.service)
+        service = dig(obj, site.resolve(hosts.service))
     elif tpu.spec.get("subdomain") is not None:
         service = tpu.spec["subdomain"]  # the user's, even empty or of a wrong type
     else:
@@ -137,13 +151,12 @@ def hostnames(name: str, service: str, hosts: int) -> str:
 
 
 def _pod_worker_env(
-    obj: Mapping[str, Any], workload: Workload, tpu: TpuSpec, shape: SliceShape
+    obj: Mapping[str, Any], tpu: TpuSpec, shape: SliceShape
 ) -> tuple[list[EnvVar], list[PatchOp], list[Violation]]:
-    """A Pod of an Indexed Job that still lacks the variables (generateName, an older Job)."""
+    """A Pod of an Indexed Job that still lacks the variables (generateName, an older Job, a
+    Job whose TPU node labels arrived when Kueue admitted it)."""
     annotations = dig(obj, ("metadata", "annotations"))
     labels = dig(obj, ("metadata", "labels"))
-    if workload.kind != "Pod" or not owned_by_slice_controller(obj):
-        return [], [], []
     index = annotations.get(JOB_COMPLETION_INDEX) if isinstance(annotations, dict) else None
     job = None
     if isinstance(labels, dict):

@@ -18,6 +18,11 @@ class FieldPath:
     def root(cls, *names: str) -> FieldPath:
         return cls(tuple(("field", name) for name in names))
 
+    @classmethod
+    def of(cls, steps: tuple[str | int, ...]) -> FieldPath:
+        """Names and list indices: ("spec", "replicatedJobs", 0) -> spec.replicatedJobs[0]."""
+        return cls(tuple(("index", s) if isinstance(s, int) else ("field", s) for s in steps))
+
     def child(self, *names: str) -> FieldPath:
         return FieldPath((*self.parts, *(("field", name) for name in names)))
 

@@ -15,11 +15,13 @@ from typing import Any
 from webhook.catalog.quantity import QuantityError, QuantityOutOfRange, parse_quantity
 from webhook.catalog.tpu import (
     ACCELERATOR_LABEL,
+    SLICE_TOPOLOGY_ANNOTATION,
     TOPOLOGY_LABEL,
     TPU_RESOURCE,
     Accelerator,
     Catalog,
     SliceShape,
+    topology_dimensions,
 )
 from webhook.policy.paths import FieldPath, escape_pointer
 
@@ -80,13 +82,36 @@ class ChipRequest:
         return self.container.resource_path(self.which, TPU_RESOURCE)
 
 
+class Chosen:
+    """A label required by node affinity with several possible values (`In [a, b]`, `Exists`,
+    or terms that disagree): the node's value is not known before scheduling."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<several values>"
+
+
+SEVERAL = Chosen()
+AFFINITY_TERMS = (
+    "affinity",
+    "nodeAffinity",
+    "requiredDuringSchedulingIgnoredDuringExecution",
+    "nodeSelectorTerms",
+)
+
+
 @dataclass(slots=True)  # built per review, never changed
 class TpuSpec:
-    at: FieldPath
+    at: FieldPath  # the pod spec
     pointer: str
     spec: Mapping[str, Any]
-    accelerator_value: object  # None when absent
-    topology_value: object
+    meta_at: FieldPath  # the metadata of the Pod (template)
+    annotations: Mapping[str, Any]
+    accelerator_value: object  # None when absent, SEVERAL when affinity allows several
+    topology_value: object  # the node pool's slice (selector)
+    slice_value: object  # the workload's slice (annotation); None when absent
+    from_affinity: Mapping[str, tuple[int, int]]  # label -> (term, expression) it was read from
     containers: tuple[Container, ...]  # every container, app containers first
     chips: tuple[ChipRequest, ...]  # app containers first, then init containers
     tpu_containers: tuple[Container, ...]  # those of `chips`, each once
@@ -95,26 +120,78 @@ class TpuSpec:
     def selector(self) -> FieldPath:
         return self.at.child("nodeSelector")
 
-    def chips_per_pod(self) -> int | None:
-        """The chips one Pod runs: what the (first) TPU container asks for."""
+    def label_field(self, label: str) -> FieldPath:
+        """Where a TPU label was read from (nodeSelector, or the node-affinity term)."""
+        source = self.from_affinity.get(label)
+        if source is None:
+            return self.selector.key(label)
+        term, expression = source
+        return (
+            self.at.child(*AFFINITY_TERMS)
+            .index(term)
+            .child("matchExpressions")
+            .index(expression)
+            .child("values")
+        )
+
+    @property
+    def slice_field(self) -> FieldPath:
+        return self.meta_at.child("annotations").key(SLICE_TOPOLOGY_ANNOTATION)
+
+    @property
+    def topology(self) -> object:
+        """The slice the workload runs: the annotation, else the topology selector."""
+        return self.topology_value if self.slice_value is None else self.slice_value
+
+    def app_chips(self) -> list[ChipRequest]:
+        found = []
+        for request in self.chips:
+            if not request.container.init:
+                found.append(request)
+        return found
+
+    def chips_per_pod(self, split: bool = False) -> int | None:
+        """The chips one Pod runs: what the (first) TPU container asks for; with `split` (an
+        accelerator whose host's chips may be shared by several containers) their sum."""
+        if split:
+            apps = self.app_chips()
+            if len(apps) > 1:
+                total = 0
+                for request in apps:
+                    if request.chips is None:
+                        return None
+                    total += request.chips
+                return total
         for request in self.chips:
             if request.chips is not None:
                 return request.chips
         return None
 
+    @property
+    def host_network(self) -> bool:
+        return self.spec.get("hostNetwork") is True
 
-def read_tpu_spec(spec: object, at: FieldPath, pointer: str) -> TpuSpec | None:
-    """The TPU view of a pod spec (at `at`, JSON Pointer `pointer`); None when it is not a TPU
-    workload (the fast path)."""
+
+def read_tpu_spec(
+    spec: object,
+    at: FieldPath,
+    pointer: str,
+    metadata: object = None,
+    meta_at: FieldPath | None = None,
+) -> TpuSpec | None:
+    """The TPU view of a pod spec (at `at`, JSON Pointer `pointer`, its Pod metadata at
+    `meta_at`); None when it is not a TPU workload (the fast path)."""
     if not isinstance(spec, dict):
         return None
     selector = spec.get("nodeSelector")
     if not isinstance(selector, dict):
         selector = {}
+    affinity = spec.get("affinity")
     if (
         ACCELERATOR_LABEL not in selector
         and TOPOLOGY_LABEL not in selector
         and not _asks_chips(spec)
+        and (affinity is None or not _affinity_names_tpu(spec))
     ):
         return None  # before any container is read: most Pods of a cluster end here
     # Loops rather than comprehensions here and in the mutation: on Python 3.11 each
@@ -130,16 +207,86 @@ def read_tpu_spec(spec: object, at: FieldPath, pointer: str) -> TpuSpec | None:
     tpu_containers: dict[Container, None] = {}  # each once, in order (a list's `in` is O(n))
     for request in chips:
         tpu_containers[request.container] = None
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    if not isinstance(annotations, dict):
+        annotations = {}
+    labels: dict[str, object] = {
+        ACCELERATOR_LABEL: selector.get(ACCELERATOR_LABEL),
+        TOPOLOGY_LABEL: selector.get(TOPOLOGY_LABEL),
+    }
+    sources: dict[str, tuple[int, int]] = {}
+    if affinity is not None:
+        for label in (ACCELERATOR_LABEL, TOPOLOGY_LABEL):
+            if labels[label] is None:
+                labels[label] = _affinity_value(spec, label, sources)
     return TpuSpec(
         at,
         pointer,
         spec,
-        selector.get(ACCELERATOR_LABEL),
-        selector.get(TOPOLOGY_LABEL),
+        meta_at if meta_at is not None else at.child("metadata"),
+        annotations,
+        labels[ACCELERATOR_LABEL],
+        labels[TOPOLOGY_LABEL],
+        annotations.get(SLICE_TOPOLOGY_ANNOTATION),
+        sources,
         tuple(found),
         tuple(chips),
         tuple(tpu_containers),
     )
+
+
+def _affinity_terms(spec: Mapping[str, Any]) -> list[Any]:
+    node: Any = spec
+    for name in AFFINITY_TERMS:
+        node = node.get(name) if isinstance(node, dict) else None
+    return node if isinstance(node, list) else []
+
+
+def _affinity_names_tpu(spec: Mapping[str, Any]) -> bool:
+    for term in _affinity_terms(spec):
+        expressions = term.get("matchExpressions") if isinstance(term, dict) else None
+        for expression in expressions if isinstance(expressions, list) else ():
+            key = expression.get("key") if isinstance(expression, dict) else None
+            if key in (ACCELERATOR_LABEL, TOPOLOGY_LABEL):
+                return True
+    return False
+
+
+def _affinity_value(
+    spec: Mapping[str, Any], label: str, sources: dict[str, tuple[int, int]]
+) -> object:
+    """The one value a required node-affinity allows for `label` (`In` with one value, the
+    same in every term that names it), SEVERAL when it allows more, None when none names it.
+    Terms are ORed: a term that does not name the label lets the Pod go to any such node."""
+    value: object = None
+    named = unnamed = 0
+    for t, term in enumerate(_affinity_terms(spec)):
+        expressions = term.get("matchExpressions") if isinstance(term, dict) else None
+        found = False
+        for e, expression in enumerate(expressions if isinstance(expressions, list) else ()):
+            if not isinstance(expression, dict) or expression.get("key") != label:
+                continue
+            values = expression.get("values")
+            one = (
+                values[0]
+                if expression.get("operator") == "In"
+                and isinstance(values, list)
+                and len(values) == 1
+                else SEVERAL
+            )
+            if found:
+                continue  # several expressions on one label are ANDed: the first one decides
+            found = True
+            if value is None:
+                value = one
+                sources[label] = (t, e)
+            elif value != one:
+                value = SEVERAL
+        named += found
+        unnamed += not found
+    if named and unnamed:
+        return SEVERAL
+    return value
 
 
 def _asks_chips(spec: Mapping[str, Any]) -> bool:
@@ -221,18 +368,49 @@ def known_accelerator(tpu: TpuSpec, catalog: Catalog) -> Accelerator | None:
 
 
 def slice_shape(tpu: TpuSpec, catalog: Catalog) -> SliceShape | None:
-    """The slice this spec runs, when the catalog and the chip count say it unambiguously."""
+    """The slice this spec runs, when the catalog and the chip count say it unambiguously:
+    the workload's slice (annotation) on hosts of the node pool's shape (selector)."""
     accelerator = known_accelerator(tpu, catalog)
-    if accelerator is None or not isinstance(tpu.topology_value, str):
+    if accelerator is None:
         return None
     for request in tpu.chips:
         if not request.agreed:
             return None  # which count is meant is unknown: the mismatch is reported first
-    options = catalog.shapes(accelerator, tpu.topology_value)
-    chips = tpu.chips_per_pod()
+    options = slice_options(tpu, accelerator, catalog)
+    chips = tpu.chips_per_pod(accelerator.multiple_tpu_containers)
     if chips is None:
         return options[0] if len(options) == 1 else None
     for shape in options:
         if shape.chips_per_host == chips:
             return shape
     return None
+
+
+def slice_options(
+    tpu: TpuSpec, accelerator: Accelerator, catalog: Catalog
+) -> tuple[SliceShape, ...]:
+    """The ways the catalog runs the workload's slice. A sub-slice (annotation and selector
+    both set) runs on hosts of the node pool's shape only, and must fit in the pool."""
+    topology = tpu.topology
+    if not isinstance(topology, str):
+        return ()
+    options = catalog.shapes(accelerator, topology)
+    pool = tpu.topology_value
+    if tpu.slice_value is None or not isinstance(pool, str) or pool == topology:
+        return options
+    if not fits(topology, pool):
+        return ()
+    per_host = accelerator.chips_per_host.get(pool, ())
+    kept = []
+    for shape in options:
+        if shape.chips_per_host in per_host:
+            kept.append(shape)
+    return tuple(kept)
+
+
+def fits(part: str, whole: str) -> bool:
+    """Whether a slice of topology `part` fits in one of topology `whole` (sides sorted)."""
+    small, large = topology_dimensions(part), topology_dimensions(whole)
+    if small is None or large is None or len(small) != len(large):
+        return False
+    return all(a <= b for a, b in zip(sorted(small), sorted(large), strict=True))

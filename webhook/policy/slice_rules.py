@@ -1,4 +1,9 @@
-"""Rules on how a workload runs a multi-host slice: host counts, indexing, names, worker env."""
+"""Rules on how a workload runs a multi-host slice: host counts, indexing, names, worker env.
+
+They belong to the object a user writes. A controller's child (a Job's Pods, a LeaderWorkerSet's
+StatefulSets, a RayCluster's Pods) is decided for what holds for any pod spec only: how its slice
+is formed was decided at its owner, with the owner's own numbering.
+"""
 
 from __future__ import annotations
 
@@ -6,40 +11,50 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.catalog.tpu import MAX_HOSTNAME_LENGTH, TPU_WORKER_HOSTNAMES, TPU_WORKER_ID, SliceShape
+from webhook.catalog.tpu import (
+    HOST_NETWORK_DNS_POLICY,
+    MAX_HOSTNAME_LENGTH,
+    TOPOLOGY_LABEL,
+    TPU_WORKER_HOSTNAMES,
+    TPU_WORKER_ID,
+    SliceShape,
+)
 from webhook.policy.paths import FieldPath
 from webhook.policy.podspec import Container, TpuSpec
 from webhook.policy.violations import ErrorType, Violation
-from webhook.policy.workloads import SLICE_OWNERS, Workload, dig
+from webhook.policy.workloads import Site, dig
 
 
 def check_workload_can_form_slice(
-    obj: Mapping[str, Any], workload: Workload, tpu: TpuSpec, shape: SliceShape
+    kind: str, site: Site, tpu: TpuSpec, shape: SliceShape
 ) -> list[Violation]:
-    if workload.hosts is not None or owned_by_slice_controller(obj):
+    if site.template.hosts is not None or _names_its_hosts(tpu):
         return []
-    what = "a Pod that no Job owns" if workload.kind == "Pod" else f"a {workload.kind}"
+    what = "a Pod that no controller owns" if kind == "Pod" else f"a {kind}"
+    field = tpu.slice_field if tpu.slice_value is not None else tpu.label_field(TOPOLOGY_LABEL)
     return [
         Violation(
             "tpu.multihost-unsupported-workload",
-            tpu.selector.key("cloud.google.com/gke-tpu-topology"),
+            field,
             ErrorType.FORBIDDEN,
             f"{shape.accelerator} {shape.describe()}, and {what} cannot form a multi-host "
-            f"slice; run it as an Indexed Job with parallelism {shape.hosts} (or a StatefulSet or "
-            "LeaderWorkerSet), or pick a single-host topology",
+            f"slice (its Pods have no {TPU_WORKER_ID}); run it as an Indexed Job with "
+            f"parallelism {shape.hosts}, a JobSet, a LeaderWorkerSet or a RayCluster, or pick a "
+            "single-host topology",
         )
     ]
 
 
-def check_indexed(obj: Mapping[str, Any], workload: Workload, shape: SliceShape) -> list[Violation]:
-    hosts = workload.hosts
+def check_indexed(obj: Mapping[str, Any], site: Site, shape: SliceShape) -> list[Violation]:
+    hosts = site.template.hosts
     if hosts is None or hosts.indexed_mode is None:
         return []
     name, required = hosts.indexed_mode
-    value = dig(obj, hosts.paths[name])
-    if value == required:
+    path = site.resolve(hosts.paths[name])
+    value = dig(obj, path)
+    if value == required or (value is None and hosts.indexed_default == required):
         return []
-    field = FieldPath.root(*hosts.paths[name])
+    field = FieldPath.of(path)
     detail = (
         f"{shape.accelerator} {shape.describe()}; set {name}: {required} so each Pod "
         f"knows its {TPU_WORKER_ID}"
@@ -49,19 +64,21 @@ def check_indexed(obj: Mapping[str, Any], workload: Workload, shape: SliceShape)
     return [Violation("tpu.multihost-not-indexed", field, ErrorType.UNSUPPORTED, detail, value)]
 
 
-def check_host_counts(
-    obj: Mapping[str, Any], workload: Workload, shape: SliceShape
-) -> list[Violation]:
-    hosts = workload.hosts
+def check_host_counts(obj: Mapping[str, Any], site: Site, shape: SliceShape) -> list[Violation]:
+    hosts = site.template.hosts
     if hosts is None:
         return []
     found = []
     for name in hosts.host_counts:
-        value = dig(obj, hosts.paths[name])
-        if value == shape.hosts and not isinstance(value, bool):
+        path = site.resolve(hosts.paths[name])
+        value = dig(obj, path)
+        counted = hosts.count_defaults.get(name) if value is None else value
+        if counted == shape.hosts and not isinstance(counted, bool):
             continue
-        fields = " and ".join(f"{'.'.join(hosts.controller)}.{n}" for n in hosts.host_counts)
-        field = FieldPath.root(*hosts.paths[name])
+        # named from the root (spec.parallelism); inside a list item, as the item names them
+        controller = () if site.indices else hosts.controller
+        fields = " and ".join(".".join((*controller, n)) for n in hosts.host_counts)
+        field = FieldPath.of(path)
         detail = f"{shape.describe()}; set {fields} to {shape.hosts}"
         if value is None:
             found.append(
@@ -79,41 +96,46 @@ def check_host_counts(
     return found
 
 
-def check_worker_env(tpu: TpuSpec, shape: SliceShape) -> list[Violation]:
+def check_worker_env(tpu: TpuSpec, shape: SliceShape, advisory: bool = False) -> list[Violation]:
+    """A user-set TPU_WORKER_HOSTNAMES lists every host (or, with several TPU containers per
+    host, every TPU container, as LeaderWorkerSet does); a TPU_WORKER_ID is in range."""
     found = []
+    containers = max(1, len(tpu.app_chips()))
+    counts = sorted({shape.hosts, shape.hosts * containers})
     for container in tpu.tpu_containers:
         for position, name, value in literal_env(container):
             if name == TPU_WORKER_HOSTNAMES:
                 count = len([h for h in str(value).split(",") if h.strip()])
-                if count != shape.hosts:
+                if count not in counts:
+                    listed = " or ".join(map(str, counts))
                     found.append(
                         Violation(
                             "tpu.worker-env-conflict",
-                            _env_value(container, position),
+                            env_value_field(container, position),
                             ErrorType.INVALID,
                             f"{TPU_WORKER_HOSTNAMES} lists {count} hosts but {shape.describe()}; "
-                            f"list {shape.hosts} hostnames or remove it to let tpu-webhook set it",
+                            f"list {listed} hostnames or remove it to let tpu-webhook set it",
                             value,
+                            advisory=advisory,
                         )
                     )
-            elif name == TPU_WORKER_ID and not _in_range(value, shape.hosts):
+            elif name == TPU_WORKER_ID and not _in_range(value, counts[-1]):
                 found.append(
                     Violation(
                         "tpu.worker-env-conflict",
-                        _env_value(container, position),
+                        env_value_field(container, position),
                         ErrorType.INVALID,
-                        f"{TPU_WORKER_ID} must be 0..{shape.hosts - 1} for a slice of "
+                        f"{TPU_WORKER_ID} must be 0..{counts[-1] - 1} for a slice of "
                         f"{shape.hosts} hosts; remove it to let tpu-webhook set it",
                         value,
+                        advisory=advisory,
                     )
                 )
     return found
 
 
-def check_hostname_length(
-    obj: Mapping[str, Any], workload: Workload, shape: SliceShape
-) -> list[Violation]:
-    hosts = workload.hosts
+def check_hostname_length(obj: Mapping[str, Any], site: Site, shape: SliceShape) -> list[Violation]:
+    hosts = site.template.hosts
     name = dig(obj, ("metadata", "name"))
     if hosts is None or not hosts.named_by_object or not isinstance(name, str) or not name:
         return []
@@ -134,18 +156,19 @@ def check_hostname_length(
     ]
 
 
-def check_retries(obj: Mapping[str, Any], workload: Workload, shape: SliceShape) -> list[Violation]:
-    hosts = workload.hosts
+def check_retries(obj: Mapping[str, Any], site: Site, shape: SliceShape) -> list[Violation]:
+    hosts = site.template.hosts
     if hosts is None or hosts.retries is None:
         return []
-    value = dig(obj, hosts.paths[hosts.retries])
+    path = site.resolve(hosts.paths[hosts.retries])
+    value = dig(obj, path)
     retries = hosts.retries_default if value is None else value
     if not isinstance(retries, int) or retries <= 0:
         return []
-    field = FieldPath.root(*hosts.paths[hosts.retries])
+    field = FieldPath.of(path)
     detail = (
         f"retries restart one Pod at a time, and a restarted host cannot rejoin its slice of "
-        f"{shape.hosts}; set {hosts.retries}: 0 and retry the whole Job (or use JobSet)"
+        f"{shape.hosts}; set {hosts.retries}: 0 and {hosts.retry_advice}"
     )
     if value is None:
         return [
@@ -162,15 +185,22 @@ def check_retries(obj: Mapping[str, Any], workload: Workload, shape: SliceShape)
     ]
 
 
-def owned_by_slice_controller(obj: Mapping[str, Any]) -> bool:
-    owners = dig(obj, ("metadata", "ownerReferences"))
-    if not isinstance(owners, list):
-        return False
-    return any(
-        isinstance(o, dict)
-        and (str(o.get("apiVersion", "")).partition("/")[0], o.get("kind")) in SLICE_OWNERS
-        for o in owners
+def check_host_network_dns(tpu: TpuSpec, shape: SliceShape) -> list[Violation]:
+    """With hostNetwork the Pod uses the node's resolver unless told otherwise: the other
+    hosts' cluster hostnames (TPU_WORKER_HOSTNAMES) then do not resolve."""
+    if not tpu.host_network or tpu.spec.get("dnsPolicy") == HOST_NETWORK_DNS_POLICY:
+        return []
+    value = tpu.spec.get("dnsPolicy")
+    detail = (
+        f"with hostNetwork: true the {shape.hosts} hosts' cluster hostnames "
+        f"({TPU_WORKER_HOSTNAMES}) resolve only with dnsPolicy: {HOST_NETWORK_DNS_POLICY}"
     )
+    field = tpu.at.child("dnsPolicy")
+    if value is None:
+        return [Violation("tpu.host-network-dns", field, ErrorType.REQUIRED, detail, advisory=True)]
+    return [
+        Violation("tpu.host-network-dns", field, ErrorType.INVALID, detail, value, advisory=True)
+    ]
 
 
 def literal_env(container: Container) -> list[tuple[int, str, object]]:
@@ -185,7 +215,16 @@ def literal_env(container: Container) -> list[tuple[int, str, object]]:
     ]
 
 
-def _env_value(container: Container, position: int) -> FieldPath:
+def _names_its_hosts(tpu: TpuSpec) -> bool:
+    """The user wired the slice by hand: TPU_WORKER_HOSTNAMES is set on a TPU container."""
+    for container in tpu.tpu_containers:
+        for _, name, _ in literal_env(container):
+            if name == TPU_WORKER_HOSTNAMES:
+                return True
+    return False
+
+
+def env_value_field(container: Container, position: int) -> FieldPath:
     return container.path.child("env").index(position).child("value")
 
 

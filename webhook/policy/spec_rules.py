@@ -6,33 +6,57 @@ import json
 from decimal import Decimal
 
 from webhook.catalog.quantity import format_quantity
-from webhook.catalog.tpu import ACCELERATOR_LABEL, TOPOLOGY_LABEL, TPU_RESOURCE, Catalog, SliceShape
+from webhook.catalog.tpu import (
+    ACCELERATOR_LABEL,
+    SLICE_TOPOLOGY_ANNOTATION,
+    TOPOLOGY_LABEL,
+    TPU_RESOURCE,
+    Accelerator,
+    Catalog,
+    SliceShape,
+    topology_dimensions,
+)
 from webhook.policy.podspec import (
+    SEVERAL,
     Container,
     TpuSpec,
+    fits,
     known_accelerator,
     quantity,
+    slice_options,
     whole_number,
 )
 from webhook.policy.violations import ErrorType, Violation
 
 
-def check_accelerator(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
+def check_accelerator(
+    tpu: TpuSpec, catalog: Catalog, deferred: str | None = None
+) -> list[Violation]:
     value = tpu.accelerator_value
-    if isinstance(value, str) and catalog.accelerator(value) is not None:
+    if (isinstance(value, str) and catalog.accelerator(value) is not None) or value is SEVERAL:
         return []  # the common case, before any field path or message is built
-    field = tpu.selector.key(ACCELERATOR_LABEL)
+    field = tpu.label_field(ACCELERATOR_LABEL)
     if value is None:
         if not tpu.chips:
             return []
         first = tpu.chips[0]
+        asks = f"{first.container.path} requests {first.value} {TPU_RESOURCE} chips"
+        if deferred is not None:
+            return [
+                Violation(
+                    "tpu.accelerator-missing",
+                    field,
+                    ErrorType.REQUIRED,
+                    f"{asks} with no TPU type yet; {deferred}: tpu-webhook checks it then",
+                    advisory=True,
+                )
+            ]
         return [
             Violation(
                 "tpu.accelerator-missing",
                 field,
                 ErrorType.REQUIRED,
-                f"{first.container.path} requests {first.value} {TPU_RESOURCE} chips; set the TPU "
-                f"type to run them on, one of {catalog.names()}",
+                f"{asks}; set the TPU type to run them on, one of {catalog.names()}",
             )
         ]
     if not isinstance(value, str):
@@ -45,8 +69,6 @@ def check_accelerator(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
                 value,
             )
         ]
-    if catalog.accelerator(value) is not None:
-        return []
     meant = catalog.near_miss(value)
     if meant is not None:
         kind = "a machine type, not an accelerator" if catalog.is_machine_type(value) else "unknown"
@@ -72,25 +94,70 @@ def check_accelerator(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
     ]
 
 
-def check_topology(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
-    if tpu.accelerator_value is None:
+def check_topology(tpu: TpuSpec, catalog: Catalog, deferred: str | None = None) -> list[Violation]:
+    if tpu.accelerator_value is None or tpu.accelerator_value is SEVERAL:
         return []
     accelerator = known_accelerator(tpu, catalog)
-    value = tpu.topology_value
-    if accelerator is not None and isinstance(value, str) and catalog.shapes(accelerator, value):
+    pool, wanted = tpu.topology_value, tpu.slice_value
+    if (
+        accelerator is not None
+        and wanted is None
+        and isinstance(pool, str)
+        and catalog.shapes(accelerator, pool)
+    ):
         return []  # the common case, before any field path or message is built
-    field = tpu.selector.key(TOPOLOGY_LABEL)
+    found = _check_pool_topology(tpu, accelerator, catalog, deferred)
+    if accelerator is not None and wanted is not None:
+        found += _check_slice_topology(tpu, accelerator, catalog)
+    return found
+
+
+def _check_pool_topology(
+    tpu: TpuSpec, accelerator: Accelerator | None, catalog: Catalog, deferred: str | None
+) -> list[Violation]:
+    value = tpu.topology_value
+    field = tpu.label_field(TOPOLOGY_LABEL)
     if value is None:
+        if tpu.slice_value is not None:
+            if accelerator is None or accelerator.dynamic_slicing:
+                return []  # dynamic slicing: the annotation is the slice
+            return [
+                Violation(
+                    "tpu.topology-missing",
+                    field,
+                    ErrorType.REQUIRED,
+                    f"the slice is given only by the annotation {SLICE_TOPOLOGY_ANNOTATION}; "
+                    f"GKE documents that (dynamic slicing) for {_dynamic(catalog)} only: set the "
+                    "node pool's topology here as well",
+                    advisory=True,
+                )
+            ]
         example = f' (e.g. "{accelerator.example_topology}")' if accelerator else ""
+        also = (
+            f", or the slice in the Pod template annotation {SLICE_TOPOLOGY_ANNOTATION} "
+            "(GKE dynamic slicing)"
+            if accelerator is not None and accelerator.dynamic_slicing
+            else ""
+        )
+        if deferred is not None:
+            return [
+                Violation(
+                    "tpu.topology-missing",
+                    field,
+                    ErrorType.REQUIRED,
+                    f"not set yet; {deferred}: tpu-webhook checks it then",
+                    advisory=True,
+                )
+            ]
         return [
             Violation(
                 "tpu.topology-missing",
                 field,
                 ErrorType.REQUIRED,
-                f"set it when {ACCELERATOR_LABEL} is set{example}",
+                f"set it when {ACCELERATOR_LABEL} is set{example}{also}",
             )
         ]
-    if accelerator is None:
+    if accelerator is None or value is SEVERAL:
         return []
     if not isinstance(value, str) or not catalog.shapes(accelerator, value):
         return [
@@ -100,6 +167,52 @@ def check_topology(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
                 ErrorType.UNSUPPORTED,
                 f"{accelerator.name} offers {accelerator.offered()}",
                 value,
+            )
+        ]
+    return []
+
+
+def _check_slice_topology(
+    tpu: TpuSpec, accelerator: Accelerator, catalog: Catalog
+) -> list[Violation]:
+    """The workload's slice (annotation): well formed, known, and inside the node pool's."""
+    value, pool = tpu.slice_value, tpu.topology_value
+    field = tpu.slice_field
+    dims = topology_dimensions(value) if isinstance(value, str) else None
+    if dims is None or len(dims) != accelerator.dimensions:
+        example = "x".join(["4"] * accelerator.dimensions)
+        return [
+            Violation(
+                "tpu.topology-invalid",
+                field,
+                ErrorType.INVALID,
+                f"must be a {accelerator.name} topology of {accelerator.dimensions} "
+                f'dimensions, such as "{example}"',
+                value,
+            )
+        ]
+    assert isinstance(value, str)
+    if isinstance(pool, str) and catalog.shapes(accelerator, pool) and not fits(value, pool):
+        return [
+            Violation(
+                "tpu.topology-invalid",
+                field,
+                ErrorType.INVALID,
+                f"a {value} slice does not fit in the node pool's {pool} slice "
+                f"({TOPOLOGY_LABEL}); pick a slice that fits in {pool}, or a larger node pool",
+                value,
+            )
+        ]
+    if not catalog.shapes(accelerator, value):
+        return [
+            Violation(
+                "tpu.topology-invalid",
+                field,
+                ErrorType.UNSUPPORTED,
+                f"not a {accelerator.name} slice this webhook's catalog knows "
+                f"({accelerator.offered()}); its hosts are not checked",
+                value,
+                advisory=True,
             )
         ]
     return []
@@ -119,22 +232,50 @@ def check_chip_counts(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
                 )
             )
     accelerator = known_accelerator(tpu, catalog)
-    topology = tpu.topology_value
-    if accelerator is None or not isinstance(topology, str):
+    if accelerator is None:
         return found
-    runs = accelerator.chips_per_host.get(topology)
-    if not runs:
-        return found  # an unknown topology: its own rule reports it
-    wrong = [r for r in tpu.chips if r.chips is not None and r.chips not in runs]
-    if not wrong:
+    options = slice_options(tpu, accelerator, catalog)
+    if not options:
+        return found  # an unknown topology, or a sub-slice that does not fit: reported there
+    runs = sorted({s.chips_per_host for s in options})
+    apps = tpu.app_chips()
+    split = accelerator.multiple_tpu_containers and len(apps) > 1
+    single = [r for r in tpu.chips if r.container.init] if split else list(tpu.chips)
+    wrong = [r for r in single if r.chips is not None and r.chips not in runs]
+    total = tpu.chips_per_pod(split=True) if split else None
+    if not wrong and (total is None or total in runs):
         return found
     ok = " or ".join(map(str, runs))
-    detail = (
-        f"{accelerator.name} {topology} runs {ok} chips per host; set requests and limits to {ok}"
-    )
-    return found + [
+    where = _slice_name(tpu, accelerator)
+    detail = f"{where} runs {ok} chips per host; set requests and limits to {ok}"
+    found += [
         Violation("tpu.chips-per-host", r.field, ErrorType.INVALID, detail, r.chips) for r in wrong
     ]
+    if total is not None and total not in runs:
+        found.append(
+            Violation(
+                "tpu.chips-per-host",
+                tpu.at.child("containers"),
+                ErrorType.INVALID,
+                f"{where} runs {ok} chips per host, shared by the Pod's TPU containers; make "
+                f"their {TPU_RESOURCE} requests add up to {ok}",
+                total,
+            )
+        )
+    return found
+
+
+def _slice_name(tpu: TpuSpec, accelerator: Accelerator) -> str:
+    """`tpu-v6e-slice 4x4`, or `tpu-v6e-slice 2x4 (a sub-slice of 4x4)`."""
+    pool, wanted = tpu.topology_value, tpu.slice_value
+    if wanted is not None and isinstance(pool, str) and pool != wanted:
+        return f"{accelerator.name} {wanted} (a sub-slice of {pool})"
+    return f"{accelerator.name} {tpu.topology}"
+
+
+def _dynamic(catalog: Catalog) -> str:
+    names = [a.name for a in catalog.accelerators.values() if a.dynamic_slicing]
+    return ", ".join(names) or "no accelerator of this catalog"
 
 
 def check_requests_equal_limits(tpu: TpuSpec) -> list[Violation]:
@@ -185,6 +326,8 @@ def check_node_capacity(tpu: TpuSpec, shape: SliceShape | None) -> list[Violatio
         ("cpu", machine.cpu, machine.cpu_text),
         ("memory", machine.memory, machine.memory_text),
     ):
+        if capacity is None:
+            continue  # no public figure for this VM
         # the request, or the limit Kubernetes will default it from
         asking: list[tuple[Container, str, object]] = []
         total = Decimal(0)

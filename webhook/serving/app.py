@@ -87,9 +87,14 @@ def create_app(settings: Settings, tls: ServingTLS | None = None) -> WebhookApp:
     """Everything built once: catalog, derived tables, metrics. Raises CatalogError."""
     catalog = load_catalog(settings.catalog)
     copy = (TPU_RESOURCE, "cpu", "memory") if settings.copy_cpu_memory_limits else (TPU_RESOURCE,)
+    options = Options(
+        copy_resources=copy,
+        inject_worker_env=settings.inject_worker_env,
+        inject_megascale=settings.inject_megascale,
+    )
     webhook = Webhook(
         settings=settings,
-        policy=Policy(catalog, Options(copy_resources=copy)),
+        policy=Policy(catalog, options),
         tls=tls,
         metrics=Metrics(),
         review_log=ReviewLog(enabled=settings.log_level in ("debug", "info")),

@@ -35,9 +35,9 @@ clientConfig:
 {{/*
 Rules for every supported kind, with the given operations. files/webhook-rules.json is generated
 from the webhook's workload table (`make chart-files`, webhook/registration.py; a unit test keeps
-it identical): one rule per API group and version. matchPolicy Equivalent also sends requests made
-through other versions of the same resources, converted to these. Call with the list of
-operations.
+it identical): one rule per API group and version (the owners' CRDs may be absent: a rule for a
+missing resource matches nothing). matchPolicy Equivalent also sends requests made through other
+versions of the same resources, converted to these. Call with (dict "root" $ "ops" <operations>).
 */}}
 {{- define "tpu-webhook.rules" -}}
 {{- $ops := .ops -}}

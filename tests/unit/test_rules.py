@@ -1,0 +1,218 @@
+"""The rule registry: every code the policy emits is defined once, with a real example message.
+
+Each rule's example is what the policy says for one input here (so the reference cannot drift
+from the product), the README's table is the registry's, and no policy module names a code the
+registry lacks.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.unit import apply, workload_of
+from tests.unit.test_messages import chips, pod, v4_job
+from webhook import cli
+from webhook.catalog import load_catalog
+from webhook.policy import decide
+from webhook.policy.rules import BY_CODE, RULES, rules_table
+
+CATALOG = load_catalog()
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _deployment() -> dict[str, Any]:
+    job = v4_job()
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "serve"},
+        "spec": {"replicas": 4, "template": job["spec"]["template"]},
+    }
+
+
+def _two_tpu_containers() -> dict[str, Any]:
+    obj = pod("tpu-v5-lite-podslice", "2x2", **chips(4))
+    obj["spec"]["containers"].append({**obj["spec"]["containers"][0], "name": "side"})
+    return obj
+
+
+def _worker_id(value: str) -> dict[str, Any]:
+    job = v4_job()
+    job["spec"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "TPU_WORKER_ID", "value": value}
+    ]
+    return job
+
+
+def _host_network() -> dict[str, Any]:
+    job = v4_job()
+    job["spec"]["template"]["spec"]["hostNetwork"] = True
+    return job
+
+
+def _subdomain_defaulted() -> dict[str, Any]:
+    job = v4_job()
+    del job["spec"]["template"]["spec"]["subdomain"]
+    return job
+
+
+def _jobset(**network: Any) -> dict[str, Any]:
+    """A JobSet of a Pathways head and 2 v6e 4x4 slices; `network` as given."""
+    pod_spec = v4_job()["spec"]["template"]["spec"]
+    pod_spec = {
+        **pod_spec,
+        "nodeSelector": {
+            "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+            "cloud.google.com/gke-tpu-topology": "4x4",
+        },
+    }
+    del pod_spec["subdomain"]
+    slice_job = {
+        "parallelism": 4,
+        "completions": 4,
+        "backoffLimit": 0,
+        "template": {"spec": pod_spec},
+    }
+    head = {"template": {"spec": {"containers": [{"name": "head", "image": "pathways"}]}}}
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "train"},
+        "spec": {
+            "network": network,
+            "replicatedJobs": [
+                {"name": "head", "replicas": 1, "template": {"spec": head}},
+                {"name": "slice", "replicas": 2, "template": {"spec": slice_job}},
+            ],
+        },
+    }
+
+
+def _megascale() -> dict[str, Any]:
+    obj = _jobset()
+    container = obj["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    container["env"] = [{"name": "MEGASCALE_NUM_SLICES", "value": "3"}]
+    return obj
+
+
+def _leader_elsewhere() -> dict[str, Any]:
+    worker = {
+        "spec": {
+            "nodeSelector": {
+                "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+                "cloud.google.com/gke-tpu-topology": "4x4",
+            },
+            "containers": [{"name": "vllm", "image": "vllm", "resources": chips(4)}],
+        }
+    }
+    leader = {"spec": {**worker["spec"], "nodeSelector": {**worker["spec"]["nodeSelector"]}}}
+    leader["spec"]["nodeSelector"]["cloud.google.com/gke-tpu-topology"] = "2x4"
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "vllm"},
+        "spec": {
+            "leaderWorkerTemplate": {"size": 4, "leaderTemplate": leader, "workerTemplate": worker}
+        },
+    }
+
+
+# One input per code, whose messages include the registry's example.
+INPUTS: dict[str, Any] = {
+    "tpu.accelerator-missing": lambda: pod(None, "2x4", **chips(4)),
+    "tpu.topology-missing": lambda: pod("tpu-v5-lite-podslice", None, **chips(4)),
+    "tpu.accelerator-unknown": lambda: pod("tpu-v6e", "2x4", **chips(8)),
+    "tpu.topology-invalid": lambda: pod("tpu-v5-lite-podslice", "2x3", **chips(6)),
+    "tpu.chips-per-host": lambda: pod("tpu-v5-lite-podslice", "2x4", limits={"google.com/tpu": 3}),
+    "tpu.requests-limits-differ": lambda: pod(
+        "tpu-v5-lite-podslice",
+        "2x4",
+        requests={"google.com/tpu": 4},
+        limits={"google.com/tpu": 8},
+    ),
+    "tpu.multiple-tpu-containers": _two_tpu_containers,
+    "tpu.resources-exceed-node": lambda: pod("tpu-v5-lite-podslice", "2x4", **chips(8, cpu="300")),
+    "tpu.multihost-not-indexed": lambda: v4_job(completionMode=None),
+    "tpu.multihost-parallelism": lambda: v4_job(parallelism=2),
+    "tpu.multihost-unsupported-workload": _deployment,
+    "tpu.worker-env-conflict": lambda: _worker_id("4"),
+    "tpu.hostname-too-long": lambda: v4_job(
+        name="gemma-2-27b-pretrain-v4-2x2x4-learning-rate-sweep-run-00000042"
+    ),
+    "tpu.quantity-invalid": lambda: pod(
+        "tpu-v5-lite-podslice", "2x4", limits={"google.com/tpu": "1.5"}
+    ),
+    "tpu.multihost-retries": lambda: v4_job(backoffLimit=None),
+    "tpu.subdomain-defaulted": _subdomain_defaulted,
+    "tpu.host-network-dns": _host_network,
+    "tpu.hostnames-disabled": lambda: _jobset(enableDNSHostnames=False),
+    "tpu.slice-shape-mismatch": _leader_elsewhere,
+    "tpu.multislice-env-conflict": _megascale,
+}
+
+
+def all_messages(obj: dict[str, Any]) -> dict[str, list[str]]:
+    """Every message `kubectl create` would print for `obj`, by code: mutate, then validate."""
+    workload = workload_of(obj)
+    mutated = decide.mutate(obj, workload, CATALOG, decide.Options())
+    verdict = decide.validate(apply(obj, mutated.patch), workload, CATALOG)
+    found: dict[str, list[str]] = {}
+    for v in (*mutated.warnings, *verdict.denials, *verdict.warnings):
+        found.setdefault(v.code, []).append(v.message)
+    return found
+
+
+def test_every_rule_has_one_input_here() -> None:
+    assert sorted(INPUTS) == sorted(BY_CODE)
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.code for r in RULES])
+def test_a_rule_example_is_the_message_the_policy_gives(rule: Any) -> None:
+    assert rule.example in all_messages(INPUTS[rule.code]()).get(rule.code, [])
+
+
+def test_codes_are_unique_dotted_kebab_case() -> None:
+    codes = [r.code for r in RULES]
+    assert len(codes) == len(set(codes))
+    assert [c for c in codes if not re.fullmatch(r"tpu\.[a-z]+(-[a-z]+)*", c)] == []
+
+
+def test_the_policy_names_no_code_the_registry_lacks() -> None:
+    named = set()
+    for path in (ROOT / "webhook" / "policy").rglob("*.py"):
+        if path.name != "rules.py":
+            named |= set(re.findall(r'"(tpu\.[a-z-]+)"', path.read_text("utf-8")))
+    assert named == set(BY_CODE)
+
+
+def test_the_readme_rules_table_is_the_registry() -> None:
+    readme = (ROOT / "README.md").read_text("utf-8")
+    assert rules_table() in readme
+
+
+def test_the_rules_command_lists_every_code_and_nothing_else(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli.main(["rules"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert listed == [r.code for r in RULES]
+
+
+def test_the_rules_command_explains_one_code(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["rules", "tpu.chips-per-host"]) == 0
+    out = capsys.readouterr().out
+    rule = BY_CODE["tpu.chips-per-host"]
+    assert out.splitlines()[0] == "tpu.chips-per-host (denies)"
+    assert f"  why:     {rule.why}" in out.splitlines()
+    assert f"  example: {rule.example}" in out.splitlines()
+
+
+def test_the_rules_command_refuses_an_unknown_code(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["rules", "tpu.nope"]) == 2
+    assert capsys.readouterr().err == "error: no rule tpu.nope; `tpu-webhook rules` lists them\n"
