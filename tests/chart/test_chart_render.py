@@ -821,6 +821,16 @@ def _pod_spec(
     return spec
 
 
+def _required_affinity(labels: dict[str, str]) -> dict[str, Any]:
+    expressions = [{"key": k, "operator": "In", "values": [v]} for k, v in labels.items()]
+    terms = [{"matchExpressions": expressions}]
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
+        }
+    }
+
+
 def _wrap(kind: str, spec: dict[str, Any]) -> Manifest:
     template = {"metadata": {"labels": {"app": "x"}}, "spec": spec}
     body: dict[str, Any]
@@ -851,6 +861,7 @@ TPU_SPECS: dict[str, Any] = {
     "container-request": lambda: _pod_spec(containers=[_container(requests=TPU_4)]),
     "container-limit": lambda: _pod_spec(containers=[_container(limits=TPU_4)]),
     "init-container-limit": lambda: _pod_spec(init=[{**_container(limits=TPU_4), "name": "init"}]),
+    "node-affinity": lambda: {**_pod_spec(), "affinity": _required_affinity(ACCELERATOR)},
 }
 PLAIN_SPECS: dict[str, Any] = {
     "no-resources": lambda: _pod_spec(),
@@ -858,6 +869,10 @@ PLAIN_SPECS: dict[str, Any] = {
         containers=[_container(requests={"cpu": "1"}, limits={"cpu": "1"})]
     ),
     "other-selector": lambda: _pod_spec(node_selector={"cloud.google.com/gke-nodepool": "cpu"}),
+    "other-affinity": lambda: {
+        **_pod_spec(),
+        "affinity": _required_affinity({"cloud.google.com/gke-nodepool": "cpu"}),
+    },
 }
 KINDS = ["Pod", "Job", "CronJob", "Deployment", "StatefulSet"]
 
