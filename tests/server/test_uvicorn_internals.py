@@ -48,6 +48,15 @@ def test_the_request_cycle_has_the_flags_it_reads_and_sets() -> None:
         assert f"self.{name} =" in source, name
 
 
+def test_the_request_cycle_writes_through_the_protocols_transport() -> None:
+    """CoalescingTransport replaces the protocol's transport after connection_made."""
+    source = inspect.getsource(HttpToolsProtocol.on_headers_complete)
+    for text in PRIVATE_API["on_headers_complete passes"]:
+        assert text in source
+    send = inspect.getsource(RequestResponseCycle.send)
+    assert "self.transport.write(" in send
+
+
 def test_uvicorn_still_hands_the_tls_context_to_create_server() -> None:
     """WebhookLoop adds the handshake deadline to the `ssl=` keyword of that call."""
     source = inspect.getsource(uvicorn.Server.startup)
