@@ -77,6 +77,8 @@ class Figures:
     job_seconds: list[float] = field(default_factory=list)
     # per round: mean ms per sequential create of each timed step (see `STEPS`)
     steps: list[dict[str, float]] = field(default_factory=list)
+    # per round: CPU µs per Pod of the burst, by process (see `PROCESSES`)
+    cpu: list[dict[str, float]] = field(default_factory=list)
 
     def p(self, pct: float) -> float:
         """The median over rounds of each round's percentile, in ms."""
@@ -321,6 +323,19 @@ def scrape(api: Api, server: WebhookProcess) -> dict[str, float]:
     return histogram_sums(apiserver + "\n" + ours)
 
 
+PROCESSES = ("kube-apiserver", "etcd", "kube-controller-manager", "tpu-webhook")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """utime + stime of each process so far."""
+    out = {}
+    for name, pid in pids.items():
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        out[name] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return out
+
+
 # --------------------------------------------------------------------------- the ways
 
 
@@ -453,6 +468,8 @@ def run(profile: Profile, work: Path) -> tuple[dict[str, Figures], str]:
             "the default ServiceAccount",
         )
         documents = url_mode_configurations(server.url, server.ca_file)
+        assert server.process is not None
+        pids = {n: cp.pid(n) for n in PROCESSES[:3]} | {"tpu-webhook": server.process.pid}
         for number in range(profile.rounds):
             for way in WAYS:
                 print(f"# round {number + 1}/{profile.rounds}: {way}", flush=True)
@@ -462,7 +479,12 @@ def run(profile: Profile, work: Path) -> tuple[dict[str, Figures], str]:
                 results[way].latencies.append(latencies)
                 results[way].steps.append(steps)
                 clean(api)
+                before = cpu_seconds(pids)
                 results[way].burst_seconds.append(burst(cp, profile.burst, profile.clients))
+                after = cpu_seconds(pids)
+                results[way].cpu.append(
+                    {n: (after[n] - before[n]) / profile.burst * 1e6 for n in PROCESSES}
+                )
                 clean(api)
                 results[way].job_seconds.append(job(cp, profile.job_hosts))
                 clean(api)
@@ -506,6 +528,16 @@ def report(results: dict[str, Figures], profile: Profile, version: str, command:
     for label, _, _ in STEPS:
         cells = [f"{statistics.median(r[label] for r in results[w].steps):.3f}" for w in WAYS]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        f"CPU per Pod of the burst of {profile.burst}, µs, by process (median over rounds):",
+        "",
+        "| process | " + " | ".join(WAYS) + " |",
+        "|---|" + "---|" * len(WAYS),
+    ]
+    for name in PROCESSES:
+        cells = [f"{statistics.median(r[name] for r in results[w].cpu):.0f}" for w in WAYS]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", "Every round, seconds (burst; Job):"]
     for way in WAYS:
         f = results[way]

@@ -330,6 +330,13 @@ class ControlPlane:
     def log_dir(self) -> Path:
         return self.workdir / "logs"
 
+    def pid(self, name: str) -> int:
+        """The process id of `etcd`, `kube-apiserver` or `kube-controller-manager`."""
+        for process_name, proc in self._procs:
+            if process_name == name:
+                return proc.pid
+        raise ControlPlaneError(f"no {name} process")
+
     @property
     def running(self) -> bool:
         return bool(self._procs) and all(p.poll() is None for _, p in self._procs)
