@@ -7,6 +7,8 @@ kube-controller-manager's Job controller) runs three ways, side by side, round b
 - `none`: no admission of ours;
 - `webhook`: `tpu-webhook serve` on loopback, registered by the chart's own configurations in url
   mode (`helm template`, tests/support/chart.py): mutate and validate, as installed;
+- `webhook-no-cel`: the same with `webhook.matchConditions.enabled=false` (what the CEL filter
+  costs a TPU Pod, which it always lets through);
 - `policy`: the same defaults written as a MutatingAdmissionPolicy (the TPU ports the catalog
   lists, added to TPU containers that lack them), filtered by the same CEL matchConditions.
 
@@ -40,7 +42,7 @@ from webhook.admission.trigger import TPU_RESOURCES
 from webhook.catalog import load_catalog
 from webhook.registration import tpu_match_expression
 
-WAYS = ("none", "webhook", "policy")
+WAYS = ("none", "webhook", "webhook-no-cel", "policy")
 FEATURES = (
     "--feature-gates=MutatingAdmissionPolicy=true",
     "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
@@ -288,6 +290,8 @@ STEPS = (
     ("API server: MutatingAdmissionPolicy plugin",
      "apiserver_admission_controller_admission_duration_seconds",
      {"name": "MutatingAdmissionPolicy"}),
+    ("API server: matchConditions CEL (every webhook and policy)",
+     "apiserver_admission_match_condition_evaluation_seconds", {}),
     ("API server: all admission (admit + validate steps)",
      "apiserver_admission_step_admission_duration_seconds", {}),
     ("tpu-webhook: handling a review (both calls)", "tpu_webhook_request_duration_seconds", {}),
@@ -339,15 +343,21 @@ def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
 # --------------------------------------------------------------------------- the ways
 
 
-def switch_to(cp: ControlPlane, way: str, webhook_docs: list[dict[str, Any]]) -> None:
-    """Register what `way` needs, remove the rest, and wait until a dry-run shows it in force."""
-    policy = mutating_admission_policy()
-    for docs, wanted in ((webhook_docs, way == "webhook"), (policy, way == "policy")):
+def switch_to(cp: ControlPlane, way: str, registrations: dict[str, list[dict[str, Any]]]) -> None:
+    """Remove every registration, wait until a dry-run shows none in force, then register what
+    `way` needs and wait until a dry-run shows it (two ways may share object names)."""
+    for docs in registrations.values():
         manifest = "\n".join(json.dumps(d) for d in docs)
-        if wanted:
-            cp.kubectl("apply", "-f", "-", input=manifest, check=True)
-        else:
-            cp.kubectl("delete", "--ignore-not-found", "-f", "-", input=manifest, check=True)
+        cp.kubectl("delete", "--ignore-not-found", "-f", "-", input=manifest, check=True)
+    await_patching(cp, False)
+    if way in registrations:
+        manifest = "\n".join(json.dumps(d) for d in registrations[way])
+        cp.kubectl("apply", "-f", "-", input=manifest, check=True)
+        await_patching(cp, True)
+
+
+def await_patching(cp: ControlPlane, patched: bool) -> None:
+    """Until a dry-run create of a TPU Pod comes back with (or without) the TPU ports."""
     canary = tpu_pod("canary")
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -357,10 +367,10 @@ def switch_to(cp: ControlPlane, way: str, webhook_docs: list[dict[str, Any]]) ->
         )  # fmt: skip
         if done.returncode == 0:
             container = json.loads(done.stdout)["spec"]["containers"][0]
-            if bool(container.get("ports")) == (way != "none"):
+            if bool(container.get("ports")) == patched:
                 return
         time.sleep(0.2)
-    raise RuntimeError(f"{way}: the admission configuration never took effect")
+    raise RuntimeError(f"admission never {'started' if patched else 'stopped'} patching")
 
 
 def sequential(
@@ -467,13 +477,19 @@ def run(profile: Profile, work: Path) -> tuple[dict[str, Figures], str]:
             ),
             "the default ServiceAccount",
         )
-        documents = url_mode_configurations(server.url, server.ca_file)
+        registrations = {
+            "webhook": url_mode_configurations(server.url, server.ca_file),
+            "webhook-no-cel": url_mode_configurations(
+                server.url, server.ca_file, sets={"webhook.matchConditions.enabled": "false"}
+            ),
+            "policy": mutating_admission_policy(),
+        }
         assert server.process is not None
         pids = {n: cp.pid(n) for n in PROCESSES[:3]} | {"tpu-webhook": server.process.pid}
         for number in range(profile.rounds):
             for way in WAYS:
                 print(f"# round {number + 1}/{profile.rounds}: {way}", flush=True)
-                switch_to(cp, way, documents)
+                switch_to(cp, way, registrations)
                 clean(api)
                 latencies, steps = sequential(cp, server, profile.sequential)
                 results[way].latencies.append(latencies)
