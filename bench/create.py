@@ -290,8 +290,6 @@ STEPS = (
     ("API server: MutatingAdmissionPolicy plugin",
      "apiserver_admission_controller_admission_duration_seconds",
      {"name": "MutatingAdmissionPolicy"}),
-    ("API server: matchConditions CEL (every webhook and policy)",
-     "apiserver_admission_match_condition_evaluation_seconds", {}),
     ("API server: all admission (admit + validate steps)",
      "apiserver_admission_step_admission_duration_seconds", {}),
     ("tpu-webhook: handling a review (both calls)", "tpu_webhook_request_duration_seconds", {}),
