@@ -6,6 +6,11 @@
 # Base: the official Python 3.11 slim image on Debian bookworm, pinned by full tag and by the
 # digest of its multi-architecture index as recorded in public sources (not re-resolved from this
 # build machine, which cannot reach the registry). Bump both together, deliberately.
+# PYTHON_IMAGE may name another Debian-based image with python3 (>= 3.11, with venv) and
+# groupadd/useradd on its PATH: the tests build on a Debian bookworm root file system made by
+# mmdebstrap (docker/build-local.sh), whose python3 is /usr/bin/python3 where the official image
+# has /usr/local/bin/python3. Nothing below names either path: the venv is made by the base's own
+# `python3` and its interpreter link points into the same base in both stages.
 ARG PYTHON_IMAGE=python:3.11.15-slim-bookworm@sha256:d29f48a31a8b408ed19272ca1e7b10ebae13b240a27e862d3d4217c528e2e0c3
 
 # ---- builder: a virtual environment at /opt/venv with the wheel and its pinned dependencies.
@@ -17,7 +22,11 @@ WORKDIR /src
 COPY docker/install.sh /usr/local/bin/install-tpu-webhook
 COPY pyproject.toml README.md ./
 COPY webhook ./webhook
-RUN ["/bin/sh", "/usr/local/bin/install-tpu-webhook", "/opt/venv", "/src"]
+# An optional build secret `pip-ca` (a CA bundle, e.g. of a TLS-inspecting proxy in front of the
+# package index) is used by pip and never stored in a layer:
+#   docker build --secret id=pip-ca,src=/etc/ssl/certs/ca-certificates.crt ...
+RUN --mount=type=secret,id=pip-ca,required=false \
+    ["/bin/sh", "/usr/local/bin/install-tpu-webhook", "/opt/venv", "/src"]
 
 # ---- runtime: the same base, the venv only (no build tools, no sources), a non-root user.
 FROM ${PYTHON_IMAGE}

@@ -3,10 +3,10 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-CODE := webhook tests $(wildcard bench)
+CODE := webhook tests dev $(wildcard bench)
 INSTALLED := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: install run fmt lint typecheck test test-unit test-e2e chart-test tools certs audit bench image-check clean chart-files
+.PHONY: install run fmt lint typecheck test test-unit test-e2e chart-test tools certs audit bench image image-check clean chart-files
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,8 +16,8 @@ $(INSTALLED): pyproject.toml
 
 install: $(INSTALLED)
 
-run: install  ## the webhook on https://127.0.0.1:8443 with development certificates in certs/
-	$(BIN)/tpu-webhook serve
+run: install  ## the webhook live behind a local Kubernetes API server (dev/run.py); Ctrl-C stops it
+	$(BIN)/python -m dev.run $(RUN_ARGS)
 
 fmt: install
 	$(BIN)/ruff format $(CODE)
@@ -49,6 +49,9 @@ audit: install  ## known vulnerabilities in this environment (PyPI's advisory fe
 
 test: install lint typecheck tools  ## everything CI runs
 	$(BIN)/pytest
+
+image:  ## the image from the Dockerfile without a Docker engine (buildah, Debian base; cached)
+	bash docker/build-local.sh
 
 certs: install
 	$(BIN)/tpu-webhook certs --out certs

@@ -1,12 +1,12 @@
 """`python -m bench.create`: what the webhook costs a `kubectl create`, through a real API server.
 
-The e2e control plane (tests/support/controlplane.py: etcd, kube-apiserver 1.35 with the
+The e2e control plane (dev/controlplane.py: etcd, kube-apiserver 1.35 with the
 MutatingAdmissionPolicy feature gate and admissionregistration.k8s.io/v1beta1 on, and
 kube-controller-manager's Job controller) runs three ways, side by side, round by round:
 
 - `none`: no admission of ours;
 - `webhook`: `tpu-webhook serve` on loopback, registered by the chart's own configurations in url
-  mode (`helm template`, tests/support/chart.py): mutate and validate, as installed;
+  mode (`helm template`, dev/chart.py): mutate and validate, as installed;
 - `webhook-no-cel`: the same with `webhook.matchConditions.enabled=false` (what the CEL filter
   costs a TPU Pod, which it always lets through);
 - `policy`: the same defaults written as a MutatingAdmissionPolicy (the TPU ports the catalog
@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.support.chart import url_mode_configurations
-from tests.support.controlplane import ControlPlane
+from dev.chart import url_mode_configurations
+from dev.controlplane import ControlPlane
 from tests.support.webhook_process import WebhookProcess, make_certs
 from webhook.admission.trigger import TPU_RESOURCES
 from webhook.catalog import load_catalog
@@ -476,9 +476,11 @@ def run(profile: Profile, work: Path) -> tuple[dict[str, Figures], str]:
             "the default ServiceAccount",
         )
         registrations = {
-            "webhook": url_mode_configurations(server.url, server.ca_file),
+            "webhook": url_mode_configurations(server.url, server.ca_file.read_bytes()),
             "webhook-no-cel": url_mode_configurations(
-                server.url, server.ca_file, sets={"webhook.matchConditions.enabled": "false"}
+                server.url,
+                server.ca_file.read_bytes(),
+                extra_values=["webhook.matchConditions.enabled=false"],
             ),
             "policy": mutating_admission_policy(),
         }

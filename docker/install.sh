@@ -11,7 +11,14 @@
 # in-tree build never writes build/ or *.egg-info into SRC_DIR. Dependencies are the exact
 # versions pinned in pyproject.toml; pip's own settings apply (PIP_INDEX_URL, PIP_CONSTRAINT to
 # pin transitive dependencies too). PYTHON selects the interpreter (default python3, >= 3.11).
+# In an image build, a CA bundle given as the build secret `pip-ca` (/run/secrets/pip-ca) is
+# pip's PIP_CERT unless PIP_CERT is already set.
 set -eu
+
+if [ -z "${PIP_CERT:-}" ] && [ -s /run/secrets/pip-ca ]; then
+  PIP_CERT=/run/secrets/pip-ca
+  export PIP_CERT
+fi
 
 if [ "$#" -ne 2 ]; then
   echo "usage: $0 VENV_DIR SRC_DIR" >&2

@@ -1,3 +1,7 @@
-"""Project-wide pytest setup: only loads the e2e control-plane plugin."""
+"""Project-wide pytest setup: the e2e control-plane, operator and image/node plugins."""
 
-pytest_plugins = ["tests.support.fixtures", "tests.support.operator_fixtures"]
+pytest_plugins = [
+    "tests.support.fixtures",
+    "tests.support.operator_fixtures",
+    "tests.support.node_plugin",
+]

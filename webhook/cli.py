@@ -1,48 +1,74 @@
-"""`tpu-webhook`: serve, certs, check, render, explain."""
+"""`tpu-webhook` (also `kubectl tpu`, a kubectl plugin): serve, certs, check, render, rules,
+explain.
+
+Exit codes: 0 all admitted, 1 any denied (or an unknown accelerator), 2 input that cannot be read
+(one line naming the file and the problem), 3 a bug in tpu-webhook (one line, never a traceback).
+"""
 
 from __future__ import annotations
 
 import argparse
 import base64
-import io
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
 
-import orjson
 from pydantic import ValidationError
-from ruamel.yaml import YAML
 
 from webhook.admission.dispatch import Policy
 from webhook.catalog import CatalogError, load_catalog
 from webhook.certs import CA_FILE, make_ca, make_serving_cert, service_names, write_pair
 from webhook.examples import KINDS, example_manifests
-from webhook.offline import ManifestError, Result, admit, read_objects
+from webhook.manifests import ManifestError, read_objects
+from webhook.offline import Result, admit
+from webhook.output import OutputError, accelerator_data, dump, kubectl_list, verdicts_text
 from webhook.policy.decide import Options
 from webhook.policy.rules import BY_CODE, RULES
 
-EXIT_OK, EXIT_DENIED, EXIT_UNREADABLE = 0, 1, 2
+EXIT_OK, EXIT_DENIED, EXIT_UNREADABLE, EXIT_BUG = 0, 1, 2, 3
+PLUGIN_PROG = "kubectl tpu"  # kubectl runs `kubectl-tpu` from PATH for `kubectl tpu ...`
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
+def main(argv: Sequence[str] | None = None, prog: str = "tpu-webhook") -> int:
+    parser = _parser(prog)
     args = parser.parse_args(argv)
+    if "run" not in args:  # no command: help, as kubectl and its plugins do
+        parser.print_help()
+        return EXIT_OK
     try:
         return int(args.run(args))
-    except (CatalogError, ManifestError) as error:
+    except (CatalogError, ManifestError, OutputError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_UNREADABLE
     except BrokenPipeError:  # pragma: no cover - `| head`
         return EXIT_OK
+    except Exception as error:  # a bug: one line, as promised, instead of a traceback
+        print(f"error: internal error ({type(error).__name__}: {error}); please report it "
+              "with the input", file=sys.stderr)  # fmt: skip
+        return EXIT_BUG
 
 
-def _parser() -> argparse.ArgumentParser:
+def plugin_main() -> int:
+    """`kubectl-tpu`: the same commands, named as kubectl shows them."""
+    return main(sys.argv[1:], prog=PLUGIN_PROG)
+
+
+def _version() -> str:
+    try:
+        return version("tpu-webhook")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "unknown"
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="tpu-webhook",
+        prog=prog,
         description="Validate and complete Cloud TPU workloads on GKE, in the cluster or offline.",
+        epilog="Exit codes: 0 admitted, 1 denied, 2 unreadable input, 3 a bug in tpu-webhook.",
     )
-    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="run the admission webhook over HTTPS")
     for flag, kind, text in (
@@ -84,18 +110,18 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument(
             "--catalog", type=Path, help="TPU catalog file extending the packaged one"
         )
-        if name == "check":
-            command.add_argument("-o", "--output", choices=["text", "json"], default="text")
+        formats = ["text", "json", "yaml"] if name == "check" else ["yaml", "json"]
+        command.add_argument("-o", "--output", choices=formats, default=formats[0])
         command.set_defaults(run=run)
 
     rules = sub.add_parser("rules", help="every rule code, or what one checks and how to fix it")
     rules.add_argument("code", nargs="?", help="a rule code, e.g. tpu.chips-per-host")
-    rules.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    rules.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
     rules.set_defaults(run=_rules)
 
     explain = sub.add_parser("explain", help="what a TPU shape needs, with a ready manifest")
-    explain.add_argument("accelerator")
-    explain.add_argument("topology", nargs="?")
+    explain.add_argument("accelerator", help="e.g. tpu-v6e-slice")
+    explain.add_argument("topology", nargs="?", help="e.g. 4x4 (all topologies when omitted)")
     explain.add_argument(
         "--kind",
         choices=KINDS,
@@ -103,6 +129,7 @@ def _parser() -> argparse.ArgumentParser:
         help="print an Indexed Job and its headless Service (job) or a JobSet (jobset)",
     )
     explain.add_argument("--catalog", type=Path)
+    explain.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
     explain.set_defaults(run=_explain)
     return parser
 
@@ -138,27 +165,31 @@ def _policy(args: argparse.Namespace) -> Policy:
 
 def _admit_all(args: argparse.Namespace) -> list[Result]:
     policy = _policy(args)
-    return [admit(obj, policy) for source in args.filename for _, obj in read_objects(source)]
+    results = []
+    for source in args.filename:
+        for origin, obj in read_objects(source, warn=_warn):
+            try:
+                results.append(admit(obj, policy))
+            except RecursionError:  # a value nested where a TPU field belongs
+                meta = obj.get("metadata")
+                name = meta.get("name", "") if isinstance(meta, dict) else ""
+                raise ManifestError(
+                    f"{origin}: {obj.get('kind')}/{name}: a field tpu-webhook reads nests too "
+                    "deeply (the API server would refuse this object)"
+                ) from None
+    return results
+
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
 
 
 def _check(args: argparse.Namespace) -> int:
     results = _admit_all(args)
-    if args.output == "json":
-        print(orjson.dumps([r.as_json() for r in results], option=orjson.OPT_INDENT_2).decode())
+    if args.output == "text":
+        print(verdicts_text(results), end="")
     else:
-        for r in results:
-            verdict = (
-                "denied" if r.denials else ("admitted with warnings" if r.warnings else "admitted")
-            )
-            count = len(r.patch)
-            patched = (
-                f" (patched: {count} operation{'s' * (count != 1)})" if count and r.allowed else ""
-            )
-            print(f"{r.kind}/{r.name}: {verdict}{patched}")
-            for v in r.denials:
-                print(f"  error [{v.code}] {v.message}")
-            for v in r.warnings:
-                print(f"  warning [{v.code}] {v.message}")
+        print(dump([[r.as_json() for r in results]], args.output), end="")
     return EXIT_DENIED if any(not r.allowed for r in results) else EXIT_OK
 
 
@@ -167,7 +198,8 @@ def _render(args: argparse.Namespace) -> int:
     for r in results:
         for v in r.denials:
             print(f"# {r.kind}/{r.name}: denied [{v.code}] {v.message}", file=sys.stderr)
-    print(dump_yaml([r.stored for r in results]), end="")
+    stored = [r.stored for r in results]
+    print(dump([kubectl_list(stored)] if args.output == "json" else stored, args.output), end="")
     return EXIT_DENIED if any(not r.allowed for r in results) else EXIT_OK
 
 
@@ -179,7 +211,7 @@ def _rules(args: argparse.Namespace) -> int:
             print(f"error: no rule {args.code}; `tpu-webhook rules` lists them", file=sys.stderr)
             return EXIT_UNREADABLE
         chosen = [rule]
-    if args.output == "json":
+    if args.output != "text":
         rows = [
             {
                 "code": r.code,
@@ -192,7 +224,7 @@ def _rules(args: argparse.Namespace) -> int:
             }
             for r in chosen
         ]
-        print(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode())
+        print(dump([rows], args.output), end="")
         return EXIT_OK
     if args.code is None:
         width = max(len(r.code) for r in chosen)
@@ -221,28 +253,25 @@ def _explain(args: argparse.Namespace) -> int:
         hint = f"; did you mean {meant}?" if meant else f"; known: {catalog.names()}"
         print(f"error: {args.accelerator} is not in the TPU catalog{hint}", file=sys.stderr)
         return EXIT_DENIED
+    if args.topology is None:
+        shapes = [s for group in accelerator.shapes.values() for s in group]
+    else:
+        shapes = list(catalog.shapes(accelerator, args.topology))
+        if not shapes:
+            print(f"error: {accelerator.name} offers {accelerator.offered()}", file=sys.stderr)
+            return EXIT_DENIED
+    if args.output != "text":
+        print(dump([accelerator_data(accelerator, shapes, args.kind)], args.output), end="")
+        return EXIT_OK
     print(f"{accelerator.name} ({accelerator.generation})")
     for m in accelerator.machine_types:
         print(f"  machine type {m.name}: {m.chips} chips, {m.cpu_text} cpu, {m.memory_text} memory")
     if args.topology is None:
         print(f"  topologies: {accelerator.offered()}")
-        for topology, shapes in list(accelerator.shapes.items())[:24]:
-            print(f"    {topology}: " + "; ".join(s.describe().split(" = ", 1)[1] for s in shapes))
+        for topology, group in list(accelerator.shapes.items())[:24]:
+            print(f"    {topology}: " + "; ".join(s.describe().split(" = ", 1)[1] for s in group))
         return EXIT_OK
-    shapes = catalog.shapes(accelerator, args.topology)
-    if not shapes:
-        print(f"error: {accelerator.name} offers {accelerator.offered()}", file=sys.stderr)
-        return EXIT_DENIED
     for shape in shapes:
         print(f"  {shape.describe()}")
-    print(dump_yaml(example_manifests(shapes[-1], args.kind)), end="")
+    print(dump(example_manifests(shapes[-1], args.kind), "yaml"), end="")
     return EXIT_OK
-
-
-def dump_yaml(documents: Sequence[Mapping[str, Any]]) -> str:
-    yaml = YAML(typ="safe", pure=True)
-    yaml.default_flow_style = False
-    yaml.width = 4096  # long values (hostnames, commands) stay on one line
-    out = io.StringIO()
-    yaml.dump_all([orjson.loads(orjson.dumps(d)) for d in documents], out)
-    return "---\n" + out.getvalue() if documents else ""

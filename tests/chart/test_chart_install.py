@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from tests.support.controlplane import ControlPlane
+from dev.controlplane import ControlPlane
 from tests.support.webhook_process import WebhookProcess, make_certs
 
 pytestmark = pytest.mark.e2e

@@ -25,8 +25,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from ruamel.yaml import YAML
 
-from tests.support.chart import url_mode_configurations
-from tests.support.controlplane import REPO_ROOT, ControlPlane, tools_dir
+from dev.chart import url_mode_configurations
+from dev.controlplane import REPO_ROOT, ControlPlane, tools_dir
 from tests.support.webhook_process import make_certs
 from webhook.catalog import load_catalog
 from webhook.policy.workloads import WORKLOADS
@@ -62,6 +62,10 @@ EXPECTED_RULES = [
 
 Manifest = dict[str, Any]
 pytestmark = pytest.mark.helm
+#: An install must say where the image is (no public image is published): every render here
+#: gives this unless a test overrides it.
+REPOSITORY = "europe-docker.pkg.dev/example-project/tools/tpu-webhook"
+BASE_SETS = {"image.repository": REPOSITORY}
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -106,7 +110,7 @@ def template(
     sets: Mapping[str, str] | None = None,
     namespace: str = NAMESPACE,
 ) -> subprocess.CompletedProcess[str]:
-    args = values_args(values, sets or {})
+    args = values_args(values, {**BASE_SETS, **(sets or {})})
     return run_helm(env, "template", RELEASE, str(CHART), "-n", namespace, *args)
 
 
@@ -203,11 +207,49 @@ def test_there_is_a_ci_file_per_certificate_mode_and_for_url_and_monitoring() ->
     assert set(CI_IDS) >= {"default", "cert-manager", "existing-secret", "url", "monitoring"}
 
 
-@pytest.mark.parametrize("values", CI_FILES, ids=CI_IDS)
-def test_no_ci_values_file_renders_rbac(helm_env: dict[str, str], values: Path) -> None:
+RBAC = {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
+NO_POD_MONITORING = [(p, i) for p, i in zip(CI_FILES, CI_IDS, strict=True) if i != "monitoring"]
+
+
+@pytest.mark.parametrize(
+    "values", [p for p, _ in NO_POD_MONITORING], ids=[i for _, i in NO_POD_MONITORING]
+)
+def test_no_rbac_without_a_pod_monitoring(helm_env: dict[str, str], values: Path) -> None:
     # The server never calls the API: its ServiceAccount needs no permissions in any mode.
-    rbac = {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
-    assert not kinds(render(helm_env, values)) & rbac
+    assert not kinds(render(helm_env, values)) & RBAC
+
+
+def test_pod_monitoring_lets_only_the_collector_read_only_the_ca_secret(
+    helm_env: dict[str, str],
+) -> None:
+    docs = [
+        d for d in render(helm_env, CHART / "ci" / "monitoring-values.yaml") if d["kind"] in RBAC
+    ]
+    assert sorted(d["kind"] for d in docs) == ["Role", "RoleBinding"]
+    (role,) = [d for d in docs if d["kind"] == "Role"]
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": [f"{FULLNAME}-tls"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
+    (binding,) = [d for d in docs if d["kind"] == "RoleBinding"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "collector", "namespace": "gmp-system"}
+    ]
+
+
+def test_pod_monitoring_with_its_own_tls_settings_grants_nothing_without_a_ca_secret(
+    helm_env: dict[str, str],
+) -> None:
+    sets = {"metrics.podMonitoring.tls.insecureSkipVerify": "true"}
+    docs = render(helm_env, CHART / "ci" / "monitoring-values.yaml", sets=sets)
+    assert not kinds(docs) & RBAC
+    (scrape,) = only(docs, "PodMonitoring")["spec"]["endpoints"]
+    assert scrape["tls"] == {"insecureSkipVerify": True}
 
 
 def documented_values() -> dict[str, bool]:
@@ -380,13 +422,77 @@ def test_deployment_defaults_to_two_spread_replicas_with_a_pdb(helm_env: dict[st
     selector = deployment["spec"]["selector"]["matchLabels"]
     assert all(c["labelSelector"]["matchLabels"] == selector for c in spread)
     pdb = only(docs, "PodDisruptionBudget")
-    assert pdb["spec"]["minAvailable"] == 1
-    assert pdb["spec"]["selector"]["matchLabels"] == selector
-    assert "priorityClassName" not in deployment["spec"]["template"]["spec"]
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": selector}}
+    assert all(c["matchLabelKeys"] == ["pod-template-hash"] for c in spread)
+    assert deployment["spec"]["template"]["spec"]["priorityClassName"] == "system-cluster-critical"
 
 
-def test_one_replica_gets_no_pdb_that_would_block_drains(helm_env: dict[str, str]) -> None:
-    assert "PodDisruptionBudget" not in kinds(render(helm_env, sets={"replicaCount": "1"}))
+def test_one_replica_gets_a_pdb_that_still_lets_drains_through(helm_env: dict[str, str]) -> None:
+    pdb = only(render(helm_env, sets={"replicaCount": "1"}), "PodDisruptionBudget")
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert "minAvailable" not in pdb["spec"]
+
+
+def test_system_priority_comes_with_the_quota_that_admits_it(helm_env: dict[str, str]) -> None:
+    quota = only(render(helm_env), "ResourceQuota")
+    assert quota["metadata"]["name"] == f"{FULLNAME}-system-cluster-critical"
+    assert quota["spec"] == {
+        "hard": {"pods": "5"},  # 2 replicas, a surge Pod and the terminating ones
+        "scopeSelector": {
+            "matchExpressions": [
+                {
+                    "scopeName": "PriorityClass",
+                    "operator": "In",
+                    "values": ["system-cluster-critical"],
+                }
+            ]
+        },
+    }
+    sized = only(render(helm_env, sets={"priorityClassQuota.pods": "9"}), "ResourceQuota")
+    assert sized["spec"]["hard"] == {"pods": "9"}
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        {"priorityClassName": "team-high"},
+        {"priorityClassName": ""},
+        {"priorityClassQuota.enabled": "false"},
+    ],
+)
+def test_no_quota_without_a_system_priority_class(
+    helm_env: dict[str, str], sets: dict[str, str]
+) -> None:
+    assert "ResourceQuota" not in kinds(render(helm_env, sets=sets))
+
+
+def test_memory_defaults_to_one_server_process(helm_env: dict[str, str]) -> None:
+    docs = render(helm_env)
+    assert container(docs)["resources"] == {
+        "requests": {"cpu": "50m", "memory": "128Mi"},
+        "limits": {"memory": "256Mi"},
+    }
+    assert "TPU_WEBHOOK_WORKERS" not in env_of(docs)
+
+
+def test_explicit_memory_wins_over_the_default(helm_env: dict[str, str]) -> None:
+    resources = container(render(helm_env, sets={"resources.limits.memory": "1Gi"}))["resources"]
+    assert resources["limits"] == {"memory": "1Gi"}
+    assert resources["requests"]["memory"] == "128Mi"
+
+
+def test_install_without_an_image_repository_fails_with_the_way_out(
+    helm_env: dict[str, str],
+) -> None:
+    proc = template(helm_env, sets={"image.repository": ""})
+    assert proc.returncode != 0
+    assert "image.repository is required: no public tpu-webhook image is published" in proc.stderr
+    assert "push it to a registry your nodes can pull from" in proc.stderr
+
+
+def test_url_mode_needs_no_image(helm_env: dict[str, str]) -> None:
+    docs = render(helm_env, CHART / "ci" / "url-values.yaml", sets={"image.repository": ""})
+    assert "Deployment" not in kinds(docs)
 
 
 def test_server_listens_on_all_interfaces_with_mounted_certificates(
@@ -427,7 +533,7 @@ def test_probes_use_https_readyz_and_healthz(helm_env: dict[str, str]) -> None:
 
 def test_image_tag_defaults_to_app_version(helm_env: dict[str, str]) -> None:
     chart = YAML(typ="safe", pure=True).load((CHART / "Chart.yaml").read_text())
-    assert container(render(helm_env))["image"] == f"tpu-webhook:{chart['appVersion']}"
+    assert container(render(helm_env))["image"] == f"{REPOSITORY}:{chart['appVersion']}"
 
 
 def test_service_maps_443_to_the_server_port(helm_env: dict[str, str]) -> None:
@@ -480,7 +586,7 @@ def test_what_serve_prints_in_development_mode_is_what_the_chart_renders_in_url_
 ) -> None:
     make_certs(tmp_path)
     base = "https://127.0.0.1:18443"
-    rendered = url_mode_configurations(base, tmp_path / "ca.crt")
+    rendered = url_mode_configurations(base, (tmp_path / "ca.crt").read_bytes())
     for document in rendered:
         assert document["metadata"]["labels"]["app.kubernetes.io/name"] == "tpu-webhook"
         document["metadata"] = {"name": document["metadata"]["name"]}
@@ -674,8 +780,14 @@ def test_monitoring_objects_scrape_metrics_over_https(helm_env: dict[str, str]) 
         "/metrics",
     )
     assert endpoint["tlsConfig"]["ca"]["secret"] == {"name": f"{FULLNAME}-tls", "key": "ca.crt"}
+    assert endpoint["tlsConfig"]["serverName"] == f"{FULLNAME}.{NAMESPACE}.svc"
     (scrape,) = only(docs, "PodMonitoring")["spec"]["endpoints"]
     assert (scrape["port"], scrape["scheme"], scrape["path"]) == ("https", "https", "/metrics")
+    # Verified against the CA, for the name the serving certificate carries (not the Pod IP).
+    assert scrape["tls"] == {
+        "serverName": f"{FULLNAME}.{NAMESPACE}.svc",
+        "ca": {"secret": {"name": f"{FULLNAME}-tls", "key": "ca.crt"}},
+    }
     policy = only(docs, "NetworkPolicy")["spec"]
     assert policy["policyTypes"] == ["Ingress"]
     assert policy["ingress"][0]["ports"] == [{"port": "https", "protocol": "TCP"}]
@@ -773,12 +885,15 @@ def test_url_mode_installs_without_a_deployment(control_plane: ControlPlane) -> 
 def test_upgrade_keeps_the_self_signed_ca_and_ca_bundle(control_plane: ControlPlane) -> None:
     release, namespace = "tpu-ca", "tpu-ca-system"
     name = f"{release}-tpu-webhook"
-    helm_ok(control_plane, "install", release, str(CHART), "-n", namespace, "--create-namespace")
+    helm_ok(
+        control_plane, "install", release, str(CHART), "-n", namespace, "--create-namespace",
+        "--set", f"image.repository={REPOSITORY}",
+    )  # fmt: skip
     try:
         secret = get_json(control_plane, "secret", f"{name}-tls", "-n", namespace)["data"]
         assert ca_bundles(control_plane, name) == {secret["ca.crt"]}
 
-        helm_ok(control_plane, "upgrade", release, str(CHART), "-n", namespace)
+        helm_ok(control_plane, "upgrade", release, str(CHART), "-n", namespace, "--reuse-values")
 
         after = get_json(control_plane, "secret", f"{name}-tls", "-n", namespace)["data"]
         assert after == secret  # CA, certificate and key all kept

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from tests.support.chart import url_mode_configurations
-from tests.support.controlplane import ControlPlane
+from dev.chart import url_mode_configurations
+from dev.controlplane import ControlPlane
 from tests.support.webhook_process import WebhookProcess, make_certs
 
 CANARY = {
@@ -63,7 +63,9 @@ def registered(
     """The chart's Mutating and Validating configurations in url mode (`helm template` with
     ci/url-values.yaml, pointed at `webhook_server`), live in the API server while the tests of
     this folder run (removed after them: tests/chart registers its own)."""
-    configurations = url_mode_configurations(webhook_server.url, webhook_server.ca_file)
+    configurations = url_mode_configurations(
+        webhook_server.url, webhook_server.ca_file.read_bytes()
+    )
     manifest = "\n".join(json.dumps(c) for c in configurations)
     control_plane.kubectl("apply", "-f", "-", input=manifest, check=True)
     try:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from tests.support.controlplane import ControlPlane
+from dev.controlplane import ControlPlane
 
 pytestmark = pytest.mark.e2e
 

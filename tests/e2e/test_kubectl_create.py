@@ -15,8 +15,8 @@ import pytest
 from kubernetes import client
 from ruamel.yaml import YAML
 
-from tests.e2e.conftest import CANARY, seed, wait_for
-from tests.support.controlplane import ControlPlane
+from dev.controlplane import ControlPlane
+from tests.e2e.conftest import seed, wait_for
 from tests.support.webhook_process import WebhookProcess
 
 pytestmark = pytest.mark.e2e
@@ -280,10 +280,14 @@ def test_dry_run_server_admits_the_seed_and_stores_nothing(
     assert client.BatchV1Api(api).list_namespaced_job(namespace).items == []
 
 
-def _reviews_of(server: WebhookProcess, namespace: str) -> list[dict[str, object]]:
-    """The review log lines of one namespace."""
-    lines = [line for line in server.logs().splitlines() if line.startswith('{"ts"')]
-    return [r for r in map(json.loads, lines) if r.get("namespace") == namespace]
+def _reviewed_names(server: WebhookProcess, namespace: str) -> list[str]:
+    """Names of the objects of `namespace` that tpu-webhook's review log says it answered."""
+    names = []
+    for line in server.logs().splitlines():
+        entry = json.loads(line) if line.startswith("{") else {}
+        if entry.get("msg") == "review" and entry.get("namespace") == namespace:
+            names.append(entry["name"])
+    return names
 
 
 def test_non_tpu_pod_is_stored_unchanged_and_never_sent_to_the_webhook(
@@ -306,14 +310,16 @@ def test_non_tpu_pod_is_stored_unchanged_and_never_sent_to_the_webhook(
     assert [(p.container_port, p.name) for p in stored.spec.containers[0].ports] == [(80, None)]
     assert stored.spec.containers[0].env is None
     # A TPU Pod created after it is sent: once its review is logged, any review of "web" (sent
-    # before, synchronously) would be logged too.
-    after = {**CANARY, "metadata": {"name": "after-web"}}
-    control_plane.kubectl(
-        "create", "--dry-run=server", "-n", namespace, "-f", "-", input=json.dumps(after)
+    # before it) would be logged too.
+    tpu = json.dumps(load("v5e-2x4-single-host-pod.yaml")[0])
+    after = control_plane.kubectl(
+        "create", "--dry-run=server", "-n", namespace, "-f", "-", input=tpu
     )
-    webhook_server.wait_for_log('"name":"after-web"')
-    names = [r["name"] for r in _reviews_of(webhook_server, namespace)]
-    assert "after-web" in names
+    assert after.returncode == 0, after.stderr
+    tpu_name = load("v5e-2x4-single-host-pod.yaml")[0]["metadata"]["name"]
+    names = wait_for(
+        lambda: (n := _reviewed_names(webhook_server, namespace)) and tpu_name in n and n
+    )
     assert "web" not in names
 
 

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tests.support.controlplane import ControlPlane
+from dev.controlplane import ControlPlane
 from tests.support.operators import Operators
 
 pytestmark = pytest.mark.e2e

@@ -15,8 +15,8 @@ import pytest
 from kubernetes import client
 from ruamel.yaml import YAML
 
+from dev.controlplane import ControlPlane
 from tests.e2e.conftest import wait_for
-from tests.support.controlplane import ControlPlane
 
 pytestmark = pytest.mark.e2e
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.controlplane import ControlPlane
+from dev.controlplane import ControlPlane
 from webhook.registration import Kind, rules, tpu_match_expression
 
 pytestmark = pytest.mark.e2e

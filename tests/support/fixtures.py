@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.controlplane import REPO_ROOT, ControlPlane, tools_dir
+from dev.controlplane import REPO_ROOT, ControlPlane, tools_dir
 
 LOGS_ROOT = REPO_ROOT / ".e2e-logs"
 FIXTURE = "control_plane"

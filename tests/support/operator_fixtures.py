@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.controlplane import ControlPlane
+from dev.controlplane import ControlPlane
 from tests.support.operators import Operators, operator_builds
 
 FIXTURE = "operators"

@@ -41,7 +41,7 @@ from typing import IO, Any
 import jsonpatch
 from ruamel.yaml import YAML
 
-from tests.support.controlplane import (
+from dev.controlplane import (
     REPO_ROOT,
     ControlPlane,
     _child_setup,

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the end-to-end test tools (etcd, kube-apiserver, kube-controller-manager,
-# kubectl, helm) from the Go modules pinned in this folder's go.mod/go.sum, into
+# kube-scheduler, kubelet, kubectl, helm) from the Go modules pinned in this
+# folder's go.mod/go.sum, into
 #   ${TPU_WEBHOOK_TOOLS_CACHE:-$HOME/.cache/tpu-webhook/tools}/<key>/
 # where <key> = <k8s version>-<short hash of go.mod, go.sum and this script>.
 # Does nothing when every binary is already there. The LAST line on stdout is the
@@ -11,7 +12,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
 
-BINARIES=(etcd kube-apiserver kube-controller-manager kubectl helm)
+BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl helm)
 
 modver() { # version of a required module, read from go.mod
   awk -v m="$1" '$1 == m && $2 ~ /^v/ { print $2; exit }' go.mod
@@ -90,6 +91,8 @@ go mod download >&2
 build etcd go.etcd.io/etcd/server/v3 "$ETCD_LDFLAGS"
 build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$K8S_LDFLAGS"
 build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$K8S_LDFLAGS"
+build kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$K8S_LDFLAGS"
+build kubelet k8s.io/kubernetes/cmd/kubelet "$K8S_LDFLAGS"
 build kubectl k8s.io/kubernetes/cmd/kubectl "$KUBECTL_LDFLAGS"
 build helm helm.sh/helm/v3/cmd/helm "$HELM_LDFLAGS"
 

@@ -109,16 +109,26 @@ def test_check_outputs_json_with_the_verdict_and_the_patch(
     assert [op["op"] for op in good["patch"]] == ["add", "add"]
 
 
-def test_check_exits_2_naming_the_line_of_a_duplicate_key(
+def test_check_reads_a_duplicate_key_as_kubectl_does_and_warns_with_its_line(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
+    # kubectl create keeps the last value without a word; we say so, and decide that object
     path = tmp_path / "dup.yaml"
     path.write_text("apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n  name: b\nspec: {}\n")
+    assert run(capsys, "check", "-f", str(path)) == (
+        0,
+        "Pod/b: admitted\n",
+        f"warning: {path}: line 5: duplicate key 'name': kubectl keeps the last value\n",
+    )
+
+
+def test_check_reads_a_value_followed_by_a_tab_as_kubectl_does(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "tab.yaml"
+    path.write_text(BROKEN_POD.replace("name: train-0}", "name: train-0}\t"))
     code, out, err = run(capsys, "check", "-f", str(path))
-    assert (code, out) == (2, "")
-    assert err.startswith(f"error: {path}: ")
-    assert 'found duplicate key "name"' in err
-    assert "line: 5" in err
+    assert (code, out.splitlines()[0], err) == (1, "Pod/train-0: denied", "")
 
 
 def test_check_exits_2_for_a_missing_file(
@@ -140,7 +150,7 @@ def test_check_exits_2_for_a_document_that_is_not_an_object(
     assert run(capsys, "check", "-f", str(path)) == (
         2,
         "",
-        f"error: {path}: a document is not a Kubernetes object\n",
+        f"error: {path}: line 1: a document is not a Kubernetes object\n",
     )
 
 

@@ -3,10 +3,10 @@ create from them, decided as the API server drives the webhook (mutate, apply th
 validate), each checked against its file's `Expect:` and against what the API server accepts.
 
 A manifest's run: each object is created (Kueue's suspension first when it is queued); an
-admitted owner is stored (tests.corpus.children.stored) and its controller's children are created
-in turn; a queued Job is then admitted by Kueue (an UPDATE adding the flavor's node labels); Pods
-of LeaderWorkerSets and KubeRay also go through the owner's own Pod webhook, once before ours and
-once after (the order of mutating webhooks is the order of their configurations' names).
+admitted owner is stored (tests.corpus.controllers.stored) and its controller's children are
+created in turn; a queued Job is then admitted by Kueue (an UPDATE adding the flavor's node labels);
+Pods of LeaderWorkerSets and KubeRay also go through the owner's own Pod webhook, once before
+ours and once after (the order of mutating webhooks is the order of their configurations' names).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import jsonpatch
 import pytest
 from ruamel.yaml import YAML
 
-from tests.corpus import children as ch
+from tests.corpus import controllers as ch
 from webhook.admission.dispatch import Policy, review_request
 from webhook.admission.review import GroupVersionKind, Request
 from webhook.catalog import load_catalog
@@ -123,8 +123,7 @@ def pod_templates(obj: Mapping[str, Any]) -> Iterator[tuple[Mapping[str, Any], M
             if template:
                 yield template.get("metadata") or {}, template.get("spec") or {}
     elif kind in ("RayCluster", "RayJob", "RayService"):
-        cluster = {"RayJob": "rayClusterSpec", "RayService": "rayClusterConfig"}.get(kind)
-        cluster_spec = spec[cluster] if cluster else spec
+        cluster_spec = ch.cluster_spec_of(obj)
         for group in [cluster_spec["headGroupSpec"], *cluster_spec.get("workerGroupSpecs", [])]:
             template = group["template"]
             yield template.get("metadata") or {}, template.get("spec") or {}

@@ -17,13 +17,31 @@ class Owner:
     name: str
 
 
-@dataclass(frozen=True, slots=True)
 class Context:
-    owner: Owner | None  # the controlling owner (ownerReferences, controller: true)
-    queue: str | None  # the Kueue queue it waits in
-    suspended: bool  # spec.suspend, or a Pod held by scheduling gates
-    opted_out: bool  # tpu-webhook.io/ignore: "true": neither checked nor patched
-    skip_checks: bool  # cloud.google.com/skip-tpu-webhook-check: "true": not checked
+    """Read once per TPU object (a plain class: a frozen dataclass pays a setattr per field)."""
+
+    __slots__ = ("opted_out", "owner", "queue", "skip_checks", "suspended")
+
+    def __init__(self, obj: Mapping[str, Any]) -> None:
+        metadata = obj.get("metadata")
+        if not isinstance(metadata, dict):
+            metadata = {}
+        labels = _mapping(metadata.get("labels"))
+        annotations = _mapping(metadata.get("annotations"))
+        queue = labels.get(QUEUE_NAME_LABEL) or annotations.get(QUEUE_NAME_LABEL)
+        spec = obj.get("spec")
+        # the controlling owner (ownerReferences, controller: true)
+        self.owner: Owner | None = controlling_owner(metadata)
+        # the Kueue queue it waits in
+        self.queue: str | None = queue if isinstance(queue, str) and queue else None
+        # spec.suspend, or a Pod held by scheduling gates
+        self.suspended = isinstance(spec, dict) and (
+            spec.get("suspend") is True or bool(spec.get("schedulingGates"))
+        )
+        # tpu-webhook.io/ignore: "true": neither checked nor patched
+        self.opted_out = labels.get(OPT_OUT_LABEL) == "true"
+        # cloud.google.com/skip-tpu-webhook-check: "true": not checked
+        self.skip_checks = annotations.get(SKIP_CHECK_ANNOTATION) == "true"
 
     @property
     def deferred(self) -> str | None:
@@ -39,32 +57,25 @@ class Context:
 
 
 def read_context(obj: Mapping[str, Any]) -> Context:
-    metadata = obj.get("metadata")
-    if not isinstance(metadata, dict):
-        metadata = {}
-    labels = _mapping(metadata.get("labels"))
-    annotations = _mapping(metadata.get("annotations"))
-    queue = labels.get(QUEUE_NAME_LABEL) or annotations.get(QUEUE_NAME_LABEL)
-    spec = obj.get("spec")
-    suspended = isinstance(spec, dict) and (
-        spec.get("suspend") is True or bool(spec.get("schedulingGates"))
-    )
-    return Context(
-        owner=controlling_owner(metadata),
-        queue=queue if isinstance(queue, str) and queue else None,
-        suspended=suspended,
-        opted_out=labels.get(OPT_OUT_LABEL) == "true",
-        skip_checks=annotations.get(SKIP_CHECK_ANNOTATION) == "true",
-    )
+    return Context(obj)
 
 
 def controlling_owner(metadata: Mapping[str, Any]) -> Owner | None:
     owners = metadata.get("ownerReferences")
+    if owners is None:
+        return None
     for o in owners if isinstance(owners, list) else ():
         if isinstance(o, dict) and o.get("controller") is True:
             group = str(o.get("apiVersion", "")).rpartition("/")[0]
             return Owner(group, str(o.get("kind", "")), str(o.get("name", "")))
     return None
+
+
+def opted_out(obj: Mapping[str, Any]) -> bool:
+    """tpu-webhook.io/ignore: "true" on the object (its Context says the same)."""
+    metadata = obj.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, dict) else None
+    return isinstance(labels, dict) and labels.get(OPT_OUT_LABEL) == "true"
 
 
 def skips_checks(annotations: Mapping[str, Any]) -> bool:

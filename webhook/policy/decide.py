@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 from webhook.catalog.tpu import TPU_RESOURCE, Catalog, SliceShape
 from webhook.policy import slice_rules, spec_rules
-from webhook.policy.context import Context, read_context, skips_checks
+from webhook.policy.context import Context, opted_out, read_context, skips_checks
 from webhook.policy.mutate import (
     PatchOp,
     add_missing_env,
@@ -19,7 +19,7 @@ from webhook.policy.mutate import (
 from webhook.policy.owners import jobset, leaderworkerset
 from webhook.policy.podspec import TpuSpec, read_tpu_spec, slice_shape
 from webhook.policy.violations import Violation
-from webhook.policy.workloads import Site, Workload
+from webhook.policy.workloads import Site, Workload, dig
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,12 +56,27 @@ ALLOW = Verdict()
 def tpu_sites(obj: Mapping[str, Any], workload: Workload) -> list[tuple[Site, TpuSpec]]:
     """The pod templates of the object that are TPU workloads; [] for anything else."""
     found = []
-    for site in workload.sites(obj):
+    for template in workload.templates:
+        if template.in_list:
+            for site in workload.sites_of(obj, template):
+                tpu = read_tpu_spec(
+                    site.spec, site.spec_path, site.spec_pointer, site.metadata, site.meta_path
+                )
+                if tpu is not None:
+                    found.append((site, tpu))
+            continue
+        body = dig(obj, template.path) if template.path else obj
+        if not isinstance(body, dict):
+            continue
         tpu = read_tpu_spec(
-            site.spec, site.spec_path, site.spec_pointer, site.metadata, site.meta_path
+            body.get("spec"),
+            template.spec_path,
+            template.spec_pointer,
+            body.get("metadata"),
+            template.meta_path,
         )
-        if tpu is not None:
-            found.append((site, tpu))
+        if tpu is not None:  # the Site only for a TPU template: most reviews build none
+            found.append((template.site(body), tpu))
     return found
 
 
@@ -71,20 +86,21 @@ def mutate(
     sites = tpu_sites(obj, workload)
     if not sites:
         return ALLOW
-    context = read_context(obj)
-    if context.opted_out:
+    if opted_out(obj):
         return ALLOW
     ops: list[PatchOp] = []
     warnings: list[Violation] = []
+    context: Context | None = None  # read only for a multi-host slice
     for site, tpu in sites:
         ops += copy_missing_limits(tpu, options.copy_resources)
         ops += add_missing_ports(tpu, catalog.ports)
         if options.inject_megascale and workload.kind == "JobSet" and tpu.chips:
             ops += add_missing_env(tpu, jobset.megascale_env(obj, site))
-        if not options.inject_worker_env or len(tpu.app_chips()) != 1:
+        if not options.inject_worker_env or len(tpu.app_chips) != 1:
             continue  # several TPU containers per host: projects number them differently
         shape = slice_shape(tpu, catalog)
         if shape is not None and shape.multi_host:
+            context = context or read_context(obj)
             env, extra_ops, found = worker_env(obj, site, tpu, shape, context)
             ops += extra_ops + add_missing_env(tpu, env)
             warnings += found

@@ -53,10 +53,10 @@ def copy_missing_limits(tpu: TpuSpec, resources: Iterable[str]) -> list[PatchOp]
 
 
 def add_missing_ports(tpu: TpuSpec, ports: Iterable[Port]) -> list[PatchOp]:
-    """The catalog's TPU ports, once per Pod, on its first TPU app container: a port number no
-    container of the Pod declares yet (a Pod rejects one number twice under hostNetwork, where
-    the API server makes each containerPort a hostPort). Under hostNetwork nothing is added:
-    a declared port would reserve that port of the node for this Pod alone."""
+    """The catalog's TPU ports, once per Pod, on its first TPU app container: a number no
+    container of the Pod declares yet. Under hostNetwork nothing is added: the API server makes
+    each containerPort a hostPort there, which would reserve the node's port for this Pod alone
+    (and it rejects a Pod that declares one number twice)."""
     if tpu.host_network:
         return []
     target = None
@@ -67,19 +67,23 @@ def add_missing_ports(tpu: TpuSpec, ports: Iterable[Port]) -> list[PatchOp]:
     if target is None:
         return []
     numbers: set[object] = set()
-    names: set[object] = set()
     for c in tpu.containers:
-        present = c.body.get("ports")
-        numbers |= _values(present, "containerPort") | _values(present, "hostPort")
-        names |= _values(present, "name")
-    counters: dict[str, int] = {}
+        numbers |= _values(c.body.get("ports"), "containerPort")
     missing = []
+    names: set[object] | None = None  # every port name of the Pod, read when a port is missing
+    counters: dict[str, int] = {}
     for port in ports:
         if port.container_port in numbers:
             continue
+        if names is None:
+            names = set()
+            for c in tpu.containers:
+                names |= _values(c.body.get("ports"), "name")
         name = _unique(port.name, names, counters)
         names.add(name)
         missing.append({"name": name, "containerPort": port.container_port, "protocol": "TCP"})
+    if not missing:
+        return []
     return _append(target.pointer("ports"), target.body.get("ports"), missing)
 
 

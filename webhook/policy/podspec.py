@@ -115,6 +115,7 @@ class TpuSpec:
     containers: tuple[Container, ...]  # every container, app containers first
     chips: tuple[ChipRequest, ...]  # app containers first, then init containers
     tpu_containers: tuple[Container, ...]  # those of `chips`, each once
+    app_chips: tuple[ChipRequest, ...]  # those of `chips` on app containers
 
     @property
     def selector(self) -> FieldPath:
@@ -143,18 +144,11 @@ class TpuSpec:
         """The slice the workload runs: the annotation, else the topology selector."""
         return self.topology_value if self.slice_value is None else self.slice_value
 
-    def app_chips(self) -> list[ChipRequest]:
-        found = []
-        for request in self.chips:
-            if not request.container.init:
-                found.append(request)
-        return found
-
     def chips_per_pod(self, split: bool = False) -> int | None:
         """The chips one Pod runs: what the (first) TPU container asks for; with `split` (an
         accelerator whose host's chips may be shared by several containers) their sum."""
         if split:
-            apps = self.app_chips()
+            apps = self.app_chips
             if len(apps) > 1:
                 total = 0
                 for request in apps:
@@ -204,35 +198,43 @@ def read_tpu_spec(
                 if isinstance(body, dict):
                     found.append(Container(at, pointer, list_name, position, body))
     chips = _chip_requests(found)
-    tpu_containers: dict[Container, None] = {}  # each once, in order (a list's `in` is O(n))
-    for request in chips:
-        tpu_containers[request.container] = None
+    tpu_containers: list[Container] = []
+    apps: list[ChipRequest] = []
+    for request in chips:  # one per container: each container once, in order, no search
+        tpu_containers.append(request.container)
+        if not request.container.init:
+            apps.append(request)
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
     if not isinstance(annotations, dict):
-        annotations = {}
-    labels: dict[str, object] = {
-        ACCELERATOR_LABEL: selector.get(ACCELERATOR_LABEL),
-        TOPOLOGY_LABEL: selector.get(TOPOLOGY_LABEL),
-    }
-    sources: dict[str, tuple[int, int]] = {}
-    if affinity is not None:
-        for label in (ACCELERATOR_LABEL, TOPOLOGY_LABEL):
-            if labels[label] is None:
-                labels[label] = _affinity_value(spec, label, sources)
+        annotations = NO_ANNOTATIONS
+    accelerator = selector.get(ACCELERATOR_LABEL)
+    topology = selector.get(TOPOLOGY_LABEL)
+    sources: dict[str, tuple[int, int]] = NO_SOURCES
+    if affinity is not None and (accelerator is None or topology is None):
+        sources = {}
+        if accelerator is None:
+            accelerator = _affinity_value(spec, ACCELERATOR_LABEL, sources)
+        if topology is None:
+            topology = _affinity_value(spec, TOPOLOGY_LABEL, sources)
     return TpuSpec(
         at,
         pointer,
         spec,
         meta_at if meta_at is not None else at.child("metadata"),
         annotations,
-        labels[ACCELERATOR_LABEL],
-        labels[TOPOLOGY_LABEL],
+        accelerator,
+        topology,
         annotations.get(SLICE_TOPOLOGY_ANNOTATION),
         sources,
         tuple(found),
         tuple(chips),
         tuple(tpu_containers),
+        tuple(apps),
     )
+
+
+NO_ANNOTATIONS: Mapping[str, Any] = {}
+NO_SOURCES: dict[str, tuple[int, int]] = {}  # never written: a fresh dict is made to record
 
 
 def _affinity_terms(spec: Mapping[str, Any]) -> list[Any]:
@@ -320,14 +322,14 @@ def _chip_requests(found: list[Container]) -> list[ChipRequest]:
 
 def whole_number(value: object) -> int | None:
     """The count a quantity is when it is a whole, non-negative number; None otherwise."""
-    if type(value) is str and len(value) <= MEMO_LENGTH:
+    if _memo(value):
         return _remembered_whole_number(value)
     return _whole_number(value)
 
 
 def quantity(value: object) -> Decimal | None:
     """The amount; +/-Infinity beyond the parser's range (larger than any VM); None if invalid."""
-    if type(value) is str and len(value) <= MEMO_LENGTH:
+    if _memo(value):
         return _remembered_quantity(value)
     return _quantity(value)
 
@@ -353,11 +355,19 @@ def _quantity(value: object) -> Decimal | None:
         return None
 
 
-# Short strings are remembered: the API server writes quantities as strings, a cluster uses few
-# ("4", "500Gi"), and a cache hit costs a tenth of a parse. Longer strings are parsed each time,
-# so the caches never pin a large value.
+# Short strings and 64-bit ints are remembered: the API server writes quantities as strings (a
+# manifest read offline has ints too), a cluster uses few ("4", "500Gi"), and a cache hit costs a
+# tenth of a parse. Anything longer is parsed each time, so the caches never pin a large value.
 MEMO_SIZE = 4096
 MEMO_LENGTH = 32
+
+
+def _memo(value: object) -> bool:
+    if isinstance(value, str):
+        return len(value) <= MEMO_LENGTH
+    return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
+
+
 _remembered_quantity = functools.lru_cache(maxsize=MEMO_SIZE)(_quantity)
 _remembered_whole_number = functools.lru_cache(maxsize=MEMO_SIZE)(_whole_number)
 
@@ -394,7 +404,7 @@ def slice_options(
     topology = tpu.topology
     if not isinstance(topology, str):
         return ()
-    options = catalog.shapes(accelerator, topology)
+    options = accelerator.shapes.get(topology, ())
     pool = tpu.topology_value
     if tpu.slice_value is None or not isinstance(pool, str) or pool == topology:
         return options

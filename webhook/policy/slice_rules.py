@@ -100,7 +100,7 @@ def check_worker_env(tpu: TpuSpec, shape: SliceShape, advisory: bool = False) ->
     """A user-set TPU_WORKER_HOSTNAMES lists every host (or, with several TPU containers per
     host, every TPU container, as LeaderWorkerSet does); a TPU_WORKER_ID is in range."""
     found = []
-    containers = max(1, len(tpu.app_chips()))
+    containers = max(1, len(tpu.app_chips))
     counts = sorted({shape.hosts, shape.hosts * containers})
     for container in tpu.tpu_containers:
         for position, name, value in literal_env(container):

@@ -219,7 +219,10 @@ def _check_slice_topology(
 
 
 def check_chip_counts(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
-    found = []
+    found: list[Violation] = []
+    accelerator = known_accelerator(tpu, catalog)
+    if _runs_every_request(tpu, accelerator):
+        return found  # the common case, before any list or message is built
     for r in tpu.chips:
         if r.chips is None:
             found.append(
@@ -231,14 +234,13 @@ def check_chip_counts(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
                     r.value,
                 )
             )
-    accelerator = known_accelerator(tpu, catalog)
     if accelerator is None:
         return found
     options = slice_options(tpu, accelerator, catalog)
     if not options:
         return found  # an unknown topology, or a sub-slice that does not fit: reported there
     runs = sorted({s.chips_per_host for s in options})
-    apps = tpu.app_chips()
+    apps = tpu.app_chips
     split = accelerator.multiple_tpu_containers and len(apps) > 1
     single = [r for r in tpu.chips if r.container.init] if split else list(tpu.chips)
     wrong = [r for r in single if r.chips is not None and r.chips not in runs]
@@ -263,6 +265,25 @@ def check_chip_counts(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
             )
         )
     return found
+
+
+def _runs_every_request(tpu: TpuSpec, accelerator: Accelerator | None) -> bool:
+    """No sub-slice, no shared host, and every chip request one the topology runs."""
+    topology = tpu.topology_value
+    if (
+        accelerator is None
+        or tpu.slice_value is not None
+        or not isinstance(topology, str)
+        or (accelerator.multiple_tpu_containers and len(tpu.app_chips) > 1)
+    ):
+        return False
+    runs = accelerator.chips_per_host.get(topology)
+    if not runs:
+        return False
+    for request in tpu.chips:  # noqa: SIM110 - all() over a generator builds a frame
+        if request.chips not in runs:
+            return False
+    return True
 
 
 def _slice_name(tpu: TpuSpec, accelerator: Accelerator) -> str:

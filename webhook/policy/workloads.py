@@ -75,6 +75,10 @@ class Template:
     def in_list(self) -> bool:
         return EACH in self.path
 
+    def site(self, body: Mapping[str, Any]) -> Site:
+        """This template (outside any list) found in an object as `body`."""
+        return Site(self, (), body, self.spec_path, self.spec_pointer, self.meta_path)
+
 
 @dataclass(frozen=True, slots=True)
 class Site:
@@ -119,33 +123,28 @@ class Workload:
     def sites(self, obj: Mapping[str, Any]) -> list[Site]:
         found: list[Site] = []
         for template in self.templates:
-            if not template.in_list:
-                body = dig(obj, template.path) if template.path else obj
-                if isinstance(body, dict):
-                    found.append(
-                        Site(
-                            template,
-                            (),
-                            body,
-                            template.spec_path,
-                            template.spec_pointer,
-                            template.meta_path,
-                        )
-                    )
-                continue
-            for indices, body in _expand(obj, template.path, ()):
-                concrete = _resolved(template.path, indices)
-                spec_path = FieldPath.of((*concrete, "spec"))
-                found.append(
-                    Site(
-                        template,
-                        indices,
-                        body,
-                        spec_path,
-                        spec_path.pointer(),
-                        FieldPath.of((*concrete, "metadata")),
-                    )
+            found += self.sites_of(obj, template)
+        return found
+
+    def sites_of(self, obj: Mapping[str, Any], template: Template) -> list[Site]:
+        """Where `template` sits in `obj`: once, or once per item of its list."""
+        if not template.in_list:
+            body = dig(obj, template.path) if template.path else obj
+            return [template.site(body)] if isinstance(body, dict) else []
+        found = []
+        for indices, body in _expand(obj, template.path, ()):
+            concrete = _resolved(template.path, indices)
+            spec_path = FieldPath.of((*concrete, "spec"))
+            found.append(
+                Site(
+                    template,
+                    indices,
+                    body,
+                    spec_path,
+                    spec_path.pointer(),
+                    FieldPath.of((*concrete, "metadata")),
                 )
+            )
         return found
 
 

@@ -58,6 +58,40 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
+{{/*
+Container resources: a memory request or limit left out is 128Mi / 256Mi (one server process,
+70-85 MiB measured in bench/RESULTS.md).
+*/}}
+{{- define "tpu-webhook.resources" -}}
+{{- $res := deepCopy (.Values.resources | default dict) }}
+{{- $requests := get $res "requests" | default dict }}
+{{- if not (hasKey $requests "memory") }}
+{{- $_ := set $requests "memory" "128Mi" }}
+{{- end }}
+{{- $limits := get $res "limits" | default dict }}
+{{- if not (hasKey $limits "memory") }}
+{{- $_ := set $limits "memory" "256Mi" }}
+{{- end }}
+{{- $_ := set $res "requests" $requests }}
+{{- $_ := set $res "limits" $limits }}
+{{- toYaml $res }}
+{{- end }}
+
+{{/* Whether the server Pods use a system-* PriorityClass that GKE limits by ResourceQuota. */}}
+{{- define "tpu-webhook.criticalPriority" -}}
+{{- if has .Values.priorityClassName (list "system-cluster-critical" "system-node-critical") }}true{{ end }}
+{{- end }}
+
+{{/* The Secret that holds the CA a PodMonitoring verifies the server with. */}}
+{{- define "tpu-webhook.podMonitoringCASecret" -}}
+{{- $tls := .Values.metrics.podMonitoring.tls }}
+{{- if not $tls }}
+{{- include "tpu-webhook.tlsSecretName" . }}
+{{- else if and $tls.ca $tls.ca.secret }}
+{{- $tls.ca.secret.name }}
+{{- end }}
+{{- end }}
+
 {{/* The Service name is the fullname; it is also the first certificate SAN. */}}
 {{- define "tpu-webhook.serviceName" -}}
 {{- include "tpu-webhook.fullname" . }}
@@ -116,6 +150,9 @@ by every template that depends on them, so `helm template -s` of any file still 
 {{- end }}
 {{- else if not .Values.deployment.enabled }}
 {{- fail "deployment.enabled=false leaves the webhooks without a server; it is only allowed with webhook.url.enabled=true" }}
+{{- end }}
+{{- if and .Values.deployment.enabled (not .Values.image.repository) }}
+{{- fail "image.repository is required: no public tpu-webhook image is published. Build it from the repository's Dockerfile, push it to a registry your nodes can pull from, and set image.repository (e.g. --set image.repository=europe-docker.pkg.dev/PROJECT/REPO/tpu-webhook, with image.tag or image.digest). Without a pullable image the chart would register failurePolicy Fail webhooks that no Pod can serve." }}
 {{- end }}
 {{- if eq .Values.certificates.mode "existingSecret" }}
 {{- if and .Values.deployment.enabled (not .Values.certificates.existingSecret.name) }}

@@ -1,4 +1,4 @@
-"""A real, throw-away Kubernetes control plane for end-to-end tests.
+"""A real, throw-away Kubernetes control plane, for the end-to-end tests and `make run`.
 
 etcd, kube-apiserver and kube-controller-manager (plus kubectl and helm) are built
 from Go modules by ``tests/tools/build.sh`` and cached outside the repository.
@@ -43,7 +43,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from webhook.certs import make_ca
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 BUILD_SCRIPT = REPO_ROOT / "tests" / "tools" / "build.sh"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "helm")
 
@@ -596,7 +596,7 @@ class ControlPlane:
                 f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
                 f"--service-account-key-file={sa_pub}",
                 f"--service-account-signing-key-file={sa_key}",
-                "--authorization-mode=RBAC",
+                *self._default_authorization_mode(),
                 "--allow-privileged=true",
                 "--endpoint-reconciler-type=none",
                 *self.extra_apiserver_args,
@@ -629,6 +629,12 @@ class ControlPlane:
             deadline,
             lambda: self._get_ok("/api/v1/namespaces/default/serviceaccounts/default"),
         )
+
+    def _default_authorization_mode(self) -> list[str]:
+        """RBAC, unless the extra arguments choose (the flag appends: RBAC twice is refused)."""
+        if any(a.startswith("--authorization-mode=") for a in self.extra_apiserver_args):
+            return []
+        return ["--authorization-mode=RBAC"]
 
     def _get_ok(self, path: str) -> bool:
         try:

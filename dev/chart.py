@@ -1,0 +1,68 @@
+"""The chart's webhook configurations in url mode, rendered by the real helm.
+
+`make run` and the e2e suite register the webhook exactly as the chart does when the API server
+calls a server outside the cluster (values as in charts/tpu-webhook/ci/url-values.yaml, with the
+base URL and CA of the server at hand), so what they show is what an install does.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from dev.controlplane import REPO_ROOT, tools_dir
+from webhook.manifests import objects_in
+
+CHART = REPO_ROOT / "charts" / "tpu-webhook"
+URL_VALUES = CHART / "ci" / "url-values.yaml"
+RELEASE = NAMESPACE = "tpu-webhook"
+WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+
+
+class ChartError(RuntimeError):
+    """helm could not render the chart."""
+
+
+def url_mode_configurations(
+    base_url: str,
+    ca_pem: bytes,
+    *,
+    helm: Path | None = None,
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
+    extra_values: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """The chart's Mutating and Validating WebhookConfigurations calling `base_url`
+    (e.g. https://127.0.0.1:8443) with `ca_pem` as their caBundle. `extra_values` are more
+    `--set` arguments (key=value)."""
+    helm = helm or tools_dir() / "helm"
+    with tempfile.TemporaryDirectory(prefix="tpu-webhook-helm-") as scratch:
+        home = Path(scratch)
+        (home / "ca.crt").write_bytes(ca_pem)
+        command = [
+            str(helm), "template", release, str(CHART), "--namespace", namespace,
+            "--values", str(URL_VALUES),
+            "--set", f"webhook.url.base={base_url}",
+            "--set-file", f"webhook.url.caBundle={home / 'ca.crt'}",
+            *(arg for value in extra_values for arg in ("--set", value)),
+        ]  # fmt: skip
+        env = {
+            "HELM_CACHE_HOME": str(home / "cache"),
+            "HELM_CONFIG_HOME": str(home / "config"),
+            "HELM_DATA_HOME": str(home / "data"),
+            "KUBECONFIG": str(home / "no-kubeconfig"),  # template never talks to a cluster
+            "PATH": "/usr/bin:/bin",
+        }
+        proc = subprocess.run(
+            command, capture_output=True, text=True, env=env, timeout=60, check=False
+        )
+    if proc.returncode != 0:
+        raise ChartError(f"helm template failed: {proc.stderr.strip()}")
+    rendered = [dict(obj) for _, obj in objects_in(proc.stdout, "helm template")]
+    configurations = [obj for obj in rendered if obj.get("kind") in WEBHOOK_KINDS]
+    if [c["kind"] for c in configurations] != list(WEBHOOK_KINDS):
+        raise ChartError(f"helm template rendered {[o.get('kind') for o in rendered]}")
+    return configurations

@@ -1,0 +1,318 @@
+"""`make run`: tpu-webhook doing its main job on this machine.
+
+Builds (once, cached) and starts the control plane the e2e suite uses (dev/controlplane.py: etcd,
+kube-apiserver, kube-controller-manager v1.35.4 from Go modules), starts `tpu-webhook serve` with
+a throw-away CA, registers it exactly as the chart does in url mode (dev/chart.py, the real helm),
+waits until the API server calls it, and prints what to type in another shell. Ctrl-C (or
+SIGTERM) stops the webhook, then the control plane, and removes their temporary directory; an
+interrupted build removes its own. Without Go and without built tools, it says so and runs the
+webhook alone (`tpu-webhook serve`, development certificates in certs/), as before.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+
+from dev.chart import ChartError, url_mode_configurations
+from dev.controlplane import (
+    BUILD_SCRIPT,
+    REPO_ROOT,
+    ControlPlane,
+    ControlPlaneError,
+    _child_setup,
+)
+from webhook.certs import make_ca, make_serving_cert, write_pair
+
+STARTED = time.monotonic()
+EXAMPLES = REPO_ROOT / "examples"
+SAYS = "# kubectl create says: "
+# A first build on 2 idle cores with empty Go caches took 261 s (tests/tools/README.md); each
+# binary's share is from a cold build measured on a loaded machine (1,563 s: etcd 223 s,
+# kube-apiserver 907 s, kube-controller-manager 252 s, kubectl 133 s, helm 48 s).
+EXPECTED_SECONDS = {
+    "modules": 30,
+    "etcd": 35,
+    "kube-apiserver": 135,
+    "kube-controller-manager": 40,
+    "kubectl": 20,
+    "helm": 10,
+}
+CANARY = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "tpu-webhook-canary"},
+    "spec": {
+        "nodeSelector": {
+            "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+            "cloud.google.com/gke-tpu-topology": "2x3",
+        },
+        "containers": [{"name": "c", "image": "busybox"}],
+    },
+}
+
+
+class Stopped(Exception):
+    """SIGTERM, handled like Ctrl-C."""
+
+
+class RunError(RuntimeError):
+    """Something `make run` needs failed; the message says what."""
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)  # noqa: T201 - this is a terminal program
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, default=0, help="webhook port (default 8443 if free)")
+    args = parser.parse_args(argv)
+    port = args.port or (8443 if _port_free(8443) else _free_port())
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        for name in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the cleanup
+            signal.signal(name, signal.SIG_IGN)
+        raise KeyboardInterrupt if signum == signal.SIGINT else Stopped
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        bin_dir = build_tools()
+        if bin_dir is None:
+            return run_webhook_alone(port)
+        with ControlPlane(bin_dir) as control_plane, contextlib.ExitStack() as cleanup:
+            say(f"Control plane ready in {control_plane.start_seconds:.1f} s.")
+            webhook = start_webhook(control_plane, port)
+            cleanup.callback(stop_process, webhook)
+            register(control_plane, bin_dir, port)
+            print_walkthrough(control_plane, bin_dir, port)
+            watch(control_plane, webhook)
+        return 0
+    except (KeyboardInterrupt, Stopped):
+        say("\nStopped: no process of this run is left, and its temporary files are removed.")
+        return 0
+    except (RunError, ControlPlaneError, ChartError, subprocess.CalledProcessError) as error:
+        say(f"make run: {error}")
+        return 1
+
+
+# ----------------------------------------------------------------------------- tools
+
+
+def build_tools() -> Path | None:
+    """The tools' bin dir, built on first use with progress; None: no Go and nothing built."""
+    have_go = shutil.which("go") is not None
+    say("Local Kubernetes tools (etcd, kube-apiserver, kube-controller-manager, kubectl, helm):")
+    process = subprocess.Popen(
+        ["bash", str(BUILD_SCRIPT)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # Ctrl-C reaches it through us, so we can wait for its cleanup
+    )
+    try:
+        assert process.stderr is not None
+        assert process.stdout is not None
+        output = [_progress(line.rstrip("\n")) for line in process.stderr]
+        bin_dir = process.stdout.read().strip().splitlines()
+        code = process.wait()
+    except BaseException:
+        _interrupt_build(process)
+        raise
+    if code == 0 and bin_dir:
+        say(f"  found in {bin_dir[-1]}")
+        return Path(bin_dir[-1])
+    if not have_go:
+        say(
+            "  Go is not installed, and the tools were never built here. Go 1.24+ builds them "
+            "once from the Go module proxy (https://go.dev/doc/install).\n"
+            "  Running the webhook alone instead, as `tpu-webhook serve`."
+        )
+        return None
+    tail = "\n".join(line for line in output if line)[-2000:]
+    raise RunError(f"{BUILD_SCRIPT.relative_to(REPO_ROOT)} failed:\n{tail}")
+
+
+def _progress(line: str) -> str:
+    words = line.removeprefix("build.sh: ").split()
+    if line.startswith("build.sh: downloading modules"):
+        say(
+            "  first run: building them from the Go module proxy into ~/.cache/tpu-webhook/tools "
+            "(about 4-5 minutes on 2 idle cores, longer on a busy machine; 730 MB of modules, "
+            "3 GB of Go build cache; later runs start in seconds)"
+        )
+        say(f"  downloading Go modules (about {EXPECTED_SECONDS['modules']} s) ...")
+    elif line.startswith("build.sh: building "):
+        expected = EXPECTED_SECONDS.get(words[1])
+        about = f" (about {expected} s on 2 idle cores)" if expected else ""
+        say(f"  building {words[1]}{about} ...")
+    elif line.startswith("build.sh: built ") or line.startswith("build.sh: tools ready"):
+        say("  " + line.removeprefix("build.sh: "))
+    elif line and not line.startswith("build.sh: "):
+        say("    " + line)  # go's own messages, e.g. a download error
+    return line
+
+
+def _interrupt_build(process: subprocess.Popen[str]) -> None:
+    """Ctrl-C for the build: bash and go stop; build.sh's EXIT trap removes its temp dir."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGINT)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+# ----------------------------------------------------------------------------- webhook
+
+
+def start_webhook(control_plane: ControlPlane, port: int) -> subprocess.Popen[bytes]:
+    """`tpu-webhook serve` on 127.0.0.1:port with a CA made for this run (in the temp dir)."""
+    certs = control_plane.workdir / "webhook-certs"
+    ca = make_ca("tpu-webhook-make-run-ca", days=7)
+    write_pair(certs, ca, make_serving_cert(ca, ["localhost"], ["127.0.0.1"], days=7))
+    say(f"Starting tpu-webhook on https://127.0.0.1:{port} ...")
+    serve = ["serve", "--port", str(port), "--log-level", "warning"]
+    files = ["--tls-cert-file", str(certs / "tls.crt"), "--tls-key-file", str(certs / "tls.key")]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "webhook", *serve, *files],
+        stdin=subprocess.DEVNULL,
+        preexec_fn=_child_setup,  # its own process group; killed if we are
+    )
+    context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RunError(f"tpu-webhook serve exited with {process.returncode}")
+        with contextlib.suppress(OSError):
+            url = f"https://127.0.0.1:{port}/readyz"
+            with urllib.request.urlopen(url, context=context, timeout=2) as response:
+                if response.status == 200:
+                    return process
+        time.sleep(0.1)
+    stop_process(process)
+    raise RunError("tpu-webhook serve was not ready within 30 s")
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def register(control_plane: ControlPlane, bin_dir: Path, port: int) -> None:
+    """The chart's url-mode configurations (helm template), applied; then wait until live."""
+    ca_pem = (control_plane.workdir / "webhook-certs" / "ca.crt").read_bytes()
+    url = f"https://127.0.0.1:{port}"
+    configurations = url_mode_configurations(url, ca_pem, helm=bin_dir / "helm")
+    manifest = "\n".join(json.dumps(c) for c in configurations)
+    control_plane.kubectl("apply", "-f", "-", input=manifest, check=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # configurations go live asynchronously
+        canary = control_plane.kubectl(
+            "create", "--dry-run=server", "-f", "-", input=json.dumps(CANARY)
+        )
+        if "tpu.topology-invalid" in canary.stderr or "offers 1x1" in canary.stderr:
+            return
+        time.sleep(0.5)
+    raise RunError("the API server never called the webhook (60 s)")
+
+
+# ----------------------------------------------------------------------------- talk
+
+
+def print_walkthrough(control_plane: ControlPlane, bin_dir: Path, port: int) -> None:
+    broken = sorted(EXAMPLES.glob("broken/*.yaml"))
+    correct = sorted(EXAMPLES.glob("*.yaml"))
+    say(
+        f"\ntpu-webhook is live: Kubernetes {control_plane.version} on this machine calls it at "
+        f"https://127.0.0.1:{port},\nregistered as the chart registers it (url mode). There are "
+        "no nodes, so Pods stay Pending.\n\nIn another shell:\n"
+    )
+    say(f"  cd {REPO_ROOT}")
+    say(f"  export KUBECONFIG={control_plane.kubeconfig}")
+    say(f"  export PATH={bin_dir}:$PATH   # kubectl {control_plane.version}\n")
+    for example in broken + correct:
+        say(f"  kubectl create -f {example.relative_to(REPO_ROOT)}")
+        says = next((line for line in _comments(example) if line.startswith(SAYS)), "")
+        if says:
+            say("      # " + _shorten(_gist(says.removeprefix(SAYS)), 100))
+    env = "{.spec.template.spec.containers[0].env}"
+    say(
+        f"\n  kubectl get job tpu-available-chips -o jsonpath='{env}'   # what the webhook added\n"
+        f"\nReady in {time.monotonic() - STARTED:.0f} s. Ctrl-C stops the webhook and the control "
+        f"plane and removes {control_plane.workdir}."
+    )
+
+
+def _comments(path: Path) -> Iterator[str]:
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            return
+        yield line
+
+
+def _gist(line: str) -> str:
+    """`denied: <message>` for kubectl's long denial line; other lines as they are."""
+    _, denied, message = line.partition(" denied the request: ")
+    return f"denied: {message}" if denied else line
+
+
+def _shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def watch(control_plane: ControlPlane, webhook: subprocess.Popen[bytes]) -> None:
+    """Until Ctrl-C; a process that dies ends the run with its name."""
+    while True:
+        if webhook.poll() is not None:
+            raise RunError(f"tpu-webhook serve exited with {webhook.returncode}")
+        if not control_plane.running:
+            raise RunError(f"the control plane stopped; logs were in {control_plane.log_dir}")
+        time.sleep(0.5)
+
+
+def run_webhook_alone(port: int) -> int:
+    """As `make run` was: the webhook with development certificates, printing configurations."""
+    os.execv(sys.executable, [sys.executable, "-m", "webhook", "serve", "--port", str(port)])
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

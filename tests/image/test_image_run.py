@@ -1,0 +1,270 @@
+"""The image built from the Dockerfile and run as the chart's Pod spec says.
+
+docker/build-local.sh builds it with buildah on a Debian bookworm root file system (the shipped
+Dockerfile's python base is not reachable from here) and caches it by its inputs. podman runs it
+with the flags derived from the chart's rendered Deployment (tests/support/image.py): uid/gid
+65532, read-only root, all capabilities dropped, no privilege escalation, the TLS Secret mounted
+read-only, /tmp as the emptyDir, the chart's environment. The figures (size, start-up time,
+build time) are printed at the end of the session.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+
+from dev.controlplane import tools_dir
+from tests.support.image import (
+    BuiltImage,
+    container_pid,
+    machine_run_args,
+    pod_run_args,
+    podman,
+    proc_ids,
+)
+from tests.support.webhook_process import free_port, make_certs
+
+pytestmark = pytest.mark.e2e
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CHART = REPO_ROOT / "charts" / "tpu-webhook"
+SEED = REPO_ROOT / "tests" / "seeds" / "v4-2x2x4-indexed-job.yaml"
+READY_TIMEOUT_S = 30
+#: The official python:3.11-slim-bookworm based image is ~150 MB; the Debian-built base carries
+#: Debian's full python3 (~200 MB). A ceiling catches a build that ships sources or caches.
+MAX_SIZE_BYTES = 300 * 1024 * 1024
+
+
+@dataclass
+class Running:
+    name: str
+    base: str
+    tls: ssl.SSLContext
+    startup_seconds: float
+
+    def request(self, path: str, body: Any = None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(
+            self.base + path, data=data, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(req, context=self.tls, timeout=5) as resp:
+            return int(resp.status), json.loads(resp.read())
+
+
+def render_deployment(image: BuiltImage) -> dict[str, Any]:
+    proc = subprocess.run(
+        [
+            str(tools_dir() / "helm"),
+            "template",
+            "tpu",
+            str(CHART),
+            "-n",
+            "tpu-system",
+            "--set",
+            f"image.repository={image.repository}",
+            "--set",
+            f"image.tag={image.tag}",
+            "--show-only",
+            "templates/deployment.yaml",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    deployment: dict[str, Any] = YAML(typ="safe", pure=True).load(proc.stdout)
+    return deployment
+
+
+@pytest.fixture(scope="module")
+def deployment(built_image: BuiltImage) -> dict[str, Any]:
+    return render_deployment(built_image)
+
+
+@pytest.fixture(scope="module")
+def running(
+    built_image: BuiltImage,
+    deployment: dict[str, Any],
+    tmp_path_factory: pytest.TempPathFactory,
+    image_figures: dict[str, str],
+) -> Iterator[Running]:
+    """The image run with the chart's Pod spec; the TLS Secret's files as the kubelet mounts them
+    (mode 0644, a read-only directory)."""
+    certs = tmp_path_factory.mktemp("image-certs")
+    make_certs(certs)
+    for f in certs.iterdir():
+        f.chmod(0o644)
+    certs.chmod(0o755)  # pytest's temp folders are 0700: uid 65532 could not enter
+    (secret,) = [
+        v["secret"]["secretName"]
+        for v in deployment["spec"]["template"]["spec"]["volumes"]
+        if "secret" in v
+    ]
+    port = free_port()
+    name = f"tpu-webhook-image-test-{uuid.uuid4().hex[:8]}"
+    args = [
+        "run",
+        "--detach",
+        "--name",
+        name,
+        *machine_run_args(),
+        *pod_run_args(deployment, {secret: certs}),
+        "--publish",
+        f"127.0.0.1:{port}:8443",
+        built_image.ref,
+    ]
+    tls = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+    began = time.monotonic()
+    podman(*args)
+    try:
+        server = Running(name, f"https://127.0.0.1:{port}", tls, 0.0)
+        server.startup_seconds = wait_ready(server) - began
+        image_figures["start-up (podman run -> /readyz 200)"] = f"{server.startup_seconds:.2f} s"
+        yield server
+    finally:
+        podman("rm", "--force", "--time", "0", name, check=False)
+
+
+def wait_ready(server: Running) -> float:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            status, _ = server.request("/readyz")
+            if status == 200:
+                return time.monotonic()
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+            last = exc
+        time.sleep(0.05)
+    logs = podman("logs", server.name, check=False)
+    pytest.fail(f"no /readyz within {READY_TIMEOUT_S} s ({last!r}):\n{logs}")
+
+
+def seed_review(operation: str = "CREATE") -> dict[str, Any]:
+    docs = YAML(typ="safe", pure=True).load_all(SEED.read_text())
+    job = next(d for d in docs if d and d["kind"] == "Job")
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "b5a6b3d2-0000-4000-8000-000000000014",
+            "kind": {"group": "batch", "version": "v1", "kind": "Job"},
+            "resource": {"group": "batch", "version": "v1", "resource": "jobs"},
+            "operation": operation,
+            "namespace": "team-a",
+            "name": job["metadata"]["name"],
+            "object": job,
+            "oldObject": None,
+            "dryRun": False,
+            "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+        },
+    }
+
+
+# ------------------------------------------------------------------------------ the image
+
+
+def test_image_is_built_from_the_dockerfile_within_its_size_ceiling(
+    built_image: BuiltImage, image_figures: dict[str, str]
+) -> None:
+    image_figures["image"] = built_image.ref
+    image_figures["size"] = f"{built_image.size_bytes / 1048576:.0f} MiB (uncompressed)"
+    image_figures["archive"] = f"{built_image.archive.stat().st_size / 1048576:.0f} MiB"
+    image_figures["build (cache entry)"] = f"{built_image.build_seconds} s"
+    image_figures["build-local.sh this run"] = f"{built_image.elapsed_seconds:.1f} s"
+    config = json.loads(podman("image", "inspect", built_image.ref))[0]["Config"]
+    assert config["User"] == "65532:65532"
+    assert config["Entrypoint"] == ["tpu-webhook", "serve"]
+    assert "8443/tcp" in config["ExposedPorts"]
+    assert config["Labels"]["org.opencontainers.image.version"] == built_image.tag.split("-")[0]
+    assert 0 < built_image.size_bytes < MAX_SIZE_BYTES
+
+
+def test_image_ships_the_venv_but_no_sources_pip_or_build_secret(built_image: BuiltImage) -> None:
+    listing = podman(
+        "run",
+        "--rm",
+        *machine_run_args(),
+        "--entrypoint",
+        "/bin/sh",
+        built_image.ref,
+        "-c",
+        "ls /opt/venv/bin; ls -d /src /run/secrets /opt/venv/bin/pip 2>&1; id -u; id -g",
+    )
+    assert "tpu-webhook" in listing.split()
+    assert "No such file or directory" in listing
+    for absent in ("/src", "/run/secrets", "/opt/venv/bin/pip"):
+        assert f"cannot access '{absent}'" in listing
+    assert listing.split()[-2:] == ["65532", "65532"]
+
+
+# ------------------------------------------------------------------- run as the chart runs it
+
+
+def test_readyz_answers_over_verified_tls(running: Running) -> None:
+    status, body = running.request("/readyz")
+    assert status == 200
+    assert body["status"] == "ok"
+    assert running.startup_seconds < READY_TIMEOUT_S
+
+
+def test_server_runs_as_65532_with_a_read_only_root(running: Running) -> None:
+    uids, gids = proc_ids(container_pid(running.name))
+    assert set(uids) == {"65532"}
+    assert set(gids) == {"65532"}
+    root = subprocess.run(
+        ["podman", "exec", running.name, "touch", "/opt/venv/written"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert root.returncode != 0
+    assert "Read-only file system" in root.stderr
+    tmp = subprocess.run(
+        ["podman", "exec", running.name, "touch", "/tmp/written"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert tmp.returncode == 0, tmp.stderr
+
+
+def test_a_review_is_answered_with_the_tpu_patch(running: Running) -> None:
+    status, body = running.request("/mutate", seed_review())
+    assert status == 200
+    response = body["response"]
+    assert response["uid"] == "b5a6b3d2-0000-4000-8000-000000000014"
+    assert response["allowed"] is True
+    assert response["patchType"] == "JSONPatch"
+    patch = json.loads(base64.b64decode(response["patch"]))
+    env_ops = [op for op in patch if op["path"].endswith("/env")]
+    (env_op,) = env_ops
+    names = [e["name"] for e in env_op["value"]]
+    assert names == ["TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES"]
+    status, body = running.request("/validate", seed_review())
+    assert status == 200
+    assert body["response"]["allowed"] is True
+
+
+def test_server_stops_cleanly_on_sigterm(running: Running, image_figures: dict[str, str]) -> None:
+    began = time.monotonic()
+    podman("stop", "--time", "30", running.name, timeout=60)
+    image_figures["stop (SIGTERM -> exit)"] = f"{time.monotonic() - began:.2f} s"
+    state = json.loads(podman("inspect", running.name))[0]["State"]
+    assert state["ExitCode"] == 0, podman("logs", running.name, check=False)
