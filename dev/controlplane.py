@@ -34,7 +34,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, Self
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -251,7 +251,29 @@ class _CA:
 # ------------------------------------------------------------------------ control plane
 
 
-class ControlPlane:
+class Started:
+    """`with Thing() as thing:` starts it and always stops it, also when the body fails."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> object:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class ControlPlane(Started):
     """etcd + kube-apiserver + kube-controller-manager on loopback, in a temp dir.
 
     ``start()`` returns when ``/readyz`` is ok and ``default/default`` ServiceAccount
@@ -342,18 +364,6 @@ class ControlPlane:
         return bool(self._procs) and all(p.poll() is None for _, p in self._procs)
 
     # ------------------------------------------------------------------ lifecycle
-
-    def __enter__(self) -> ControlPlane:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self) -> None:
         if self._workdir is not None:
