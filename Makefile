@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 CODE := webhook tests dev $(wildcard bench)
 INSTALLED := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: install run fmt lint typecheck test test-unit test-e2e chart-test tools certs audit bench image image-check clean chart-cel
+.PHONY: install run fmt lint typecheck test test-unit test-e2e chart-test tools certs audit bench image image-check clean chart-files
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,8 +35,8 @@ tools:  ## kube-apiserver, kube-controller-manager, etcd, kubectl, helm from Go 
 	bash tests/tools/build.sh
 	bash tests/tools/operators/build.sh  # JobSet, LeaderWorkerSet, KubeRay operators (cached)
 
-test-unit: install
-	$(BIN)/pytest -m "not e2e"
+test-unit: install  ## no Go tools needed
+	$(BIN)/pytest -m "not e2e and not helm"
 
 test-e2e: install tools
 	$(BIN)/pytest -m e2e
@@ -62,5 +62,5 @@ bench: install
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .e2e-logs
 
-chart-cel: install  ## regenerate the chart's matchConditions CEL from the workload table
-	$(BIN)/python -c "from webhook.configs import tpu_match_expression as t; print(t())" > charts/tpu-webhook/files/tpu-workload.cel
+chart-files: install  ## regenerate the chart's webhook rules and matchConditions CEL from the workload table
+	$(BIN)/python -m webhook.registration charts/tpu-webhook/files

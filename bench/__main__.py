@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         make_certs(work)
         print(f"# {', '.join(args.servers)}: {profile.name} profile", flush=True)
         servers = [_server(name, work) for name in args.servers]
+        servers += [_server(name, work, root) for name, root in args.compare]
         results = bench_servers(servers, reviews, profile, files)
         if not args.no_inprocess:
             os.sched_setaffinity(0, {SERVER_CORE})
@@ -65,11 +66,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _server(name: str, work: Path) -> Server:
+def _server(name: str, work: Path, root: Path | None = None) -> Server:
+    """Our server, the ceiling, or (with `root`) our server from another source tree."""
     cert, key = str(work / "tls.crt"), str(work / "tls.key")
-    if name == "webhook":
+    if name == "webhook" or root is not None:
         args = ["webhook", "serve", "--port", "{port}", "--tls-cert-file", cert]
-        return Server(name, [*args, "--tls-key-file", key], work)
+        server = Server(name, [*args, "--tls-key-file", key], work)
+        if root is not None:
+            server.root = root  # `python -m webhook` imports that tree's webhook/
+        return server
     return Server(name, ["bench.ceiling", "--port", "{port}", "--cert", cert, "--key", key], work)
 
 
@@ -87,11 +92,28 @@ def _parser() -> argparse.ArgumentParser:
         default=list(SERVERS),
         help="comma-separated: webhook,ceiling (default both, one after the other)",
     )
+    parser.add_argument(
+        "--compare",
+        action="append",
+        default=[],
+        type=_named_tree,
+        metavar="NAME=DIR",
+        help="also load `python -m webhook serve` run from source tree DIR, in turn with the "
+        "others (before/after a change; repeatable)",
+    )
     parser.add_argument("--review", action="append", help="only this corpus review (repeatable)")
     parser.add_argument("--out", type=Path, help="also write report.md and results.json here")
     parser.add_argument("--keep", action="store_true", help="keep the certificates and logs")
     parser.add_argument("--no-inprocess", action="store_true", help="skip the in-process timing")
     return parser
+
+
+def _named_tree(text: str) -> tuple[str, Path]:
+    name, _, directory = text.partition("=")
+    root = Path(directory).resolve()
+    if not name or name in SERVERS or not (root / "webhook" / "__main__.py").is_file():
+        raise argparse.ArgumentTypeError(f"expected NAME=DIR with DIR/webhook/, got {text!r}")
+    return name, root
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ A bare ASGI callable that reads the body, decodes the whole review with msgspec 
 plain dicts, as ours does), and answers a fixed one-operation patch with a Content-Length (without
 one uvicorn sends the body chunked: an extra write per response). It runs under the uvicorn
 settings of `tpu-webhook serve` (webhook/server.py): uvloop, httptools, access log off, no server
-header, the same keep-alive, and the webhook's own TLS context (webhook.tls.ServingTLS).
+header, the same keep-alive, and the webhook's own TLS context (webhook.serving.tls.ServingTLS).
 
     python -m bench.ceiling --port 9443 --cert tls.crt --key tls.key
 """
@@ -21,8 +21,8 @@ from typing import Any
 import msgspec
 import uvicorn
 
+from webhook.serving.tls import ServingTLS
 from webhook.settings import Settings
-from webhook.tls import ServingTLS
 
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]

@@ -24,9 +24,9 @@ from ruamel.yaml import YAML
 from bench.apiserver import Obj, admit_pod, default_job, default_pod, managed_fields
 from webhook.admission.dispatch import Policy, review_request
 from webhook.admission.review import parse_review
-from webhook.app import create_app
 from webhook.catalog.tpu import JOB_COMPLETION_INDEX, JOB_NAME_LABEL, LEGACY_JOB_NAME_LABEL
 from webhook.policy.decide import Verdict
+from webhook.serving.app import create_app
 from webhook.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -260,7 +260,8 @@ def _apply(obj: Obj, review: Review | None, policy: Policy, endpoint: str = "mut
 
 def default_policy() -> Policy:
     """The policy `tpu-webhook serve` builds with its default settings."""
-    return create_app(Settings()).policy
+    policy: Policy = create_app(Settings()).state.webhook.policy
+    return policy
 
 
 def main() -> None:

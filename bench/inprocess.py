@@ -29,8 +29,8 @@ from bench.corpus import Review
 from webhook.admission.dispatch import review_request
 from webhook.admission.responses import build_response
 from webhook.admission.review import parse_review
-from webhook.app import WebhookApp, create_app
-from webhook.server import JsonFormatter
+from webhook.serving.app import WebhookApp, create_app
+from webhook.serving.server import JsonFormatter
 from webhook.settings import Settings
 
 
@@ -60,7 +60,7 @@ def measure(reviews: list[Review], budget: float = 0.2) -> list[Cost]:
 
 
 def _cost(app: WebhookApp, review: Review, budget: float) -> Cost:
-    body, endpoint, policy = review.body, review.endpoint, app.policy
+    body, endpoint, policy = review.body, review.endpoint, app.state.webhook.policy
     api_version, request = parse_review(body)
     verdict = review_request(request, endpoint, policy)
 

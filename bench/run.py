@@ -123,7 +123,7 @@ def check_answer(server: Server, review: Review) -> None:
     verdict = (
         "denied" if not answer.get("allowed") else "patched" if answer.get("patch") else "allowed"
     )
-    if response.status != 200 or (server.name == "webhook" and verdict != review.verdict):
+    if response.status != 200 or (server.name != "ceiling" and verdict != review.verdict):
         raise RuntimeError(
             f"{server.name} answered {review.filename} with {response.status} {data}"
         )

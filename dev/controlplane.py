@@ -34,7 +34,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, Self
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -251,7 +251,29 @@ class _CA:
 # ------------------------------------------------------------------------ control plane
 
 
-class ControlPlane:
+class Started:
+    """`with Thing() as thing:` starts it and always stops it, also when the body fails."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> object:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class ControlPlane(Started):
     """etcd + kube-apiserver + kube-controller-manager on loopback, in a temp dir.
 
     ``start()`` returns when ``/readyz`` is ok and ``default/default`` ServiceAccount
@@ -265,11 +287,13 @@ class ControlPlane:
         *,
         controllers: Sequence[str] = DEFAULT_CONTROLLERS,
         extra_apiserver_args: Sequence[str] = (),
+        extra_controller_manager_args: Sequence[str] = (),
         start_timeout: float = 90.0,
     ) -> None:
         self._bin_dir = bin_dir
         self.controllers = tuple(controllers)
         self.extra_apiserver_args = tuple(extra_apiserver_args)
+        self.extra_controller_manager_args = tuple(extra_controller_manager_args)
         self.start_timeout = start_timeout
         self._workdir: Path | None = None
         self._procs: list[tuple[str, subprocess.Popen[bytes]]] = []
@@ -320,26 +344,26 @@ class ControlPlane:
         return _cert_pem(self._ca.cert)
 
     @property
+    def pki_dir(self) -> Path:
+        """ca.crt, admin.crt and admin.key (a system:masters client) among others."""
+        return self.workdir / "pki"
+
+    @property
     def log_dir(self) -> Path:
         return self.workdir / "logs"
+
+    def pid(self, name: str) -> int:
+        """The process id of `etcd`, `kube-apiserver` or `kube-controller-manager`."""
+        for process_name, proc in self._procs:
+            if process_name == name:
+                return proc.pid
+        raise ControlPlaneError(f"no {name} process")
 
     @property
     def running(self) -> bool:
         return bool(self._procs) and all(p.poll() is None for _, p in self._procs)
 
     # ------------------------------------------------------------------ lifecycle
-
-    def __enter__(self) -> ControlPlane:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self) -> None:
         if self._workdir is not None:
@@ -607,6 +631,7 @@ class ControlPlane:
                 f"--cert-dir={wd / 'kcm-certs'}",
                 f"--root-ca-file={ca_crt}",
                 f"--service-account-private-key-file={sa_key}",
+                *self.extra_controller_manager_args,
             ],
         )
         self._wait(

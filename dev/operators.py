@@ -41,7 +41,6 @@ import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any
 
 import jsonpatch
@@ -50,6 +49,7 @@ from ruamel.yaml import YAML
 from dev.controlplane import (
     REPO_ROOT,
     ControlPlane,
+    Started,
     _child_setup,
     _free_port,
     _stop_process,
@@ -393,7 +393,7 @@ class _Running:
     log: Path
 
 
-class Operators:
+class Operators(Started):
     """JobSet, LeaderWorkerSet and KubeRay managers running against ``control_plane``.
 
     ``start()`` returns when the CRDs are Established, every manager answers its
@@ -431,18 +431,6 @@ class Operators:
         return self._builds
 
     # ------------------------------------------------------------------ lifecycle
-
-    def __enter__(self) -> Operators:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self) -> None:
         builds = self.builds  # may build (minutes, cold): not counted in start_timeout

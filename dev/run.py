@@ -301,13 +301,17 @@ class OperatorProgress:
         return line
 
 
+# Go's compilers stop at once on SIGINT; on two busy cores that can still take tens of seconds.
+BUILD_STOP_SECONDS = 120
+
+
 def _interrupt_build(process: subprocess.Popen[str]) -> None:
     """Ctrl-C for the build: bash and go stop; build.sh's EXIT trap removes its temp dir."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGINT)
     try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
+        process.wait(timeout=BUILD_STOP_SECONDS)
+    except subprocess.TimeoutExpired:  # the EXIT trap cannot run now: its temp dir stays
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
@@ -348,8 +352,8 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGTERM)
     try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
+        process.wait(timeout=BUILD_STOP_SECONDS)
+    except subprocess.TimeoutExpired:  # the EXIT trap cannot run now: its temp dir stays
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()

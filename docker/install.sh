@@ -55,7 +55,7 @@ pip install --no-cache-dir "$work"/dist/tpu_webhook-*.whl
 pip uninstall --yes pip setuptools >/dev/null
 
 # Fail here, not at the first admission review, when the install is incomplete.
-"$venv/bin/python" -c 'import webhook.app, webhook.cli, webhook.server'
+"$venv/bin/python" -c 'import webhook.serving.app, webhook.cli, webhook.serving.server'
 test -x "$venv/bin/tpu-webhook"
 version=$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("tpu-webhook"))')
 echo "$0: installed tpu-webhook $version into $venv" >&2

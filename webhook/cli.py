@@ -79,7 +79,6 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         ("--client-ca-file", Path, "require client certificates signed by this CA"),
         ("--dev-certs-dir", Path, "where development certificates are made (default certs/)"),
         ("--catalog", Path, "TPU catalog file extending the packaged one"),
-        ("--workers", int, "worker processes (default 1; scale with replicas instead)"),
         ("--log-level", str, "debug, info, warning or error"),
         ("--max-body-bytes", int, "largest AdmissionReview accepted (default 3 MiB)"),
     ):
@@ -136,7 +135,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from webhook.server import serve
+    from webhook.serving.server import serve
     from webhook.settings import Settings
 
     given = {k: v for k, v in vars(args).items() if k != "run" and v is not None}

@@ -20,7 +20,6 @@ class Settings(BaseSettings):
     # Where `serve` without certificate files makes (or reuses) development certificates.
     dev_certs_dir: Path = Path("certs")
     catalog: Path | None = None
-    workers: int = Field(default=1, ge=1, le=32)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     max_body_bytes: int = Field(default=3 * 1024 * 1024, ge=1024)
     # Copy cpu and memory limits from requests (and back) on TPU containers, like google.com/tpu.
@@ -33,6 +32,8 @@ class Settings(BaseSettings):
     # replicatedJobs of several slices where missing (opt-in: GKE may write them itself).
     inject_megascale: bool = False
     cert_reload_seconds: float = Field(default=2.0, gt=0)
+    # Readiness fails once changed certificate files could not be loaded for this long.
+    cert_reload_failing_seconds: float = Field(default=60.0, ge=0)
     # Longer than the API server's 90 s idle connection timeout: no new handshake after a lull.
     keep_alive_seconds: int = Field(default=120, ge=1)
     graceful_shutdown_seconds: int = Field(default=20, ge=1)

@@ -25,9 +25,12 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from ruamel.yaml import YAML
 
+from dev.chart import url_mode_configurations
 from dev.controlplane import REPO_ROOT, ControlPlane, tools_dir
+from tests.support.webhook_process import make_certs
 from webhook.catalog import load_catalog
 from webhook.policy.workloads import WORKLOADS
+from webhook.registration import rules, tpu_match_expression, url_configurations
 from webhook.settings import Settings
 
 CHART = REPO_ROOT / "charts" / "tpu-webhook"
@@ -58,6 +61,7 @@ EXPECTED_RULES = [
 ]
 
 Manifest = dict[str, Any]
+pytestmark = pytest.mark.helm
 #: An install must say where the image is (no public image is published): every render here
 #: gives this unless a test overrides it.
 REPOSITORY = "europe-docker.pkg.dev/example-project/tools/tpu-webhook"
@@ -462,26 +466,19 @@ def test_no_quota_without_a_system_priority_class(
     assert "ResourceQuota" not in kinds(render(helm_env, sets=sets))
 
 
-@pytest.mark.parametrize(
-    ("workers", "memory_request", "memory_limit"),
-    [("1", "128Mi", "256Mi"), ("2", "192Mi", "384Mi"), ("4", "320Mi", "640Mi")],
-)
-def test_memory_follows_the_worker_count(
-    helm_env: dict[str, str], workers: str, memory_request: str, memory_limit: str
-) -> None:
-    docs = render(helm_env, sets={"server.workers": workers})
+def test_memory_defaults_to_one_server_process(helm_env: dict[str, str]) -> None:
+    docs = render(helm_env)
     assert container(docs)["resources"] == {
-        "requests": {"cpu": "50m", "memory": memory_request},
-        "limits": {"memory": memory_limit},
+        "requests": {"cpu": "50m", "memory": "128Mi"},
+        "limits": {"memory": "256Mi"},
     }
-    assert env_of(docs)["TPU_WEBHOOK_WORKERS"] == workers
+    assert "TPU_WEBHOOK_WORKERS" not in env_of(docs)
 
 
-def test_explicit_memory_wins_over_the_worker_count(helm_env: dict[str, str]) -> None:
-    sets = {"server.workers": "4", "resources.limits.memory": "1Gi"}
-    resources = container(render(helm_env, sets=sets))["resources"]
+def test_explicit_memory_wins_over_the_default(helm_env: dict[str, str]) -> None:
+    resources = container(render(helm_env, sets={"resources.limits.memory": "1Gi"}))["resources"]
     assert resources["limits"] == {"memory": "1Gi"}
-    assert resources["requests"]["memory"] == "320Mi"
+    assert resources["requests"]["memory"] == "128Mi"
 
 
 def test_install_without_an_image_repository_fails_with_the_way_out(
@@ -572,22 +569,28 @@ def test_the_ci_catalog_example_is_a_catalog_the_server_loads(tmp_path: Path) ->
     load_catalog(extra)  # raises CatalogError with the field when the example is wrong
 
 
-def test_rules_and_match_conditions_cover_every_workload_the_server_knows(
+def test_rules_and_match_conditions_are_the_ones_generated_from_the_workload_table(
     helm_env: dict[str, str],
 ) -> None:
     entry = webhooks(render(helm_env))["validate.tpu-webhook.io"]
+    assert [{k: v for k, v in r.items() if k != "operations"} for r in entry["rules"]] == rules()
     resources = {
         (g, r) for rule in entry["rules"] for g in rule["apiGroups"] for r in rule["resources"]
     }
     assert resources == {(w.group, w.resource) for w in WORKLOADS.values()}
-    expression = entry["matchConditions"][0]["expression"]
-    for workload in WORKLOADS.values():
-        # The CEL picks the pod specs per kind; a new workload kind needs its paths there.
-        for path in workload.pod_spec_paths:
-            # a list step maps the list's items: object.<list>...map(i, i.<rest>)
-            head, _, tail = ".".join(path).partition(".*.")
-            assert f"object.{head}" in expression, workload.kind
-            assert not tail or f".map(i, i.{tail})" in expression, workload.kind
+    assert entry["matchConditions"][0]["expression"] == tpu_match_expression()
+
+
+def test_what_serve_prints_in_development_mode_is_what_the_chart_renders_in_url_mode(
+    tmp_path: Path,
+) -> None:
+    make_certs(tmp_path)
+    base = "https://127.0.0.1:18443"
+    rendered = url_mode_configurations(base, (tmp_path / "ca.crt").read_bytes())
+    for document in rendered:
+        assert document["metadata"]["labels"]["app.kubernetes.io/name"] == "tpu-webhook"
+        document["metadata"] = {"name": document["metadata"]["name"]}
+    assert rendered == url_configurations(base, (tmp_path / "ca.crt").read_bytes())
 
 
 # ------------------------------------------------------------------------- webhooks
@@ -933,6 +936,16 @@ def _pod_spec(
     return spec
 
 
+def _required_affinity(labels: dict[str, str]) -> dict[str, Any]:
+    expressions = [{"key": k, "operator": "In", "values": [v]} for k, v in labels.items()]
+    terms = [{"matchExpressions": expressions}]
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
+        }
+    }
+
+
 def _wrap(kind: str, spec: dict[str, Any]) -> Manifest:
     template = {"metadata": {"labels": {"app": "x"}}, "spec": spec}
     body: dict[str, Any]
@@ -963,6 +976,7 @@ TPU_SPECS: dict[str, Any] = {
     "container-request": lambda: _pod_spec(containers=[_container(requests=TPU_4)]),
     "container-limit": lambda: _pod_spec(containers=[_container(limits=TPU_4)]),
     "init-container-limit": lambda: _pod_spec(init=[{**_container(limits=TPU_4), "name": "init"}]),
+    "node-affinity": lambda: {**_pod_spec(), "affinity": _required_affinity(ACCELERATOR)},
 }
 PLAIN_SPECS: dict[str, Any] = {
     "no-resources": lambda: _pod_spec(),
@@ -970,6 +984,10 @@ PLAIN_SPECS: dict[str, Any] = {
         containers=[_container(requests={"cpu": "1"}, limits={"cpu": "1"})]
     ),
     "other-selector": lambda: _pod_spec(node_selector={"cloud.google.com/gke-nodepool": "cpu"}),
+    "other-affinity": lambda: {
+        **_pod_spec(),
+        "affinity": _required_affinity({"cloud.google.com/gke-nodepool": "cpu"}),
+    },
 }
 KINDS = ["Pod", "Job", "CronJob", "Deployment", "StatefulSet"]
 

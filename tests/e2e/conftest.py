@@ -1,8 +1,8 @@
-"""The webhook as a real `tpu-webhook serve` process, registered with the real API server."""
+"""The webhook as a real `tpu-webhook serve` process, registered with the real API server by the
+chart's own webhook configurations (url mode, rendered by the real helm)."""
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 import uuid
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
+from dev.chart import url_mode_configurations
 from dev.controlplane import ControlPlane
 from tests.support.webhook_process import WebhookProcess, make_certs
-from webhook.configs import url_webhook_configurations
 
 CANARY = {
     "apiVersion": "v1",
@@ -31,7 +31,7 @@ CANARY = {
 }
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def webhook_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebhookProcess]:
     certs = tmp_path_factory.mktemp("webhook-certs")
     make_certs(certs)
@@ -39,31 +39,41 @@ def webhook_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook
         yield server
 
 
-def ca_bundle(server: WebhookProcess) -> str:
-    return base64.b64encode(server.ca_file.read_bytes()).decode()
-
-
-def wait_until_denied(control_plane: ControlPlane, namespace: str, timeout: float = 60) -> None:
-    """Configurations go live asynchronously: dry-run a canary until our webhook denies it."""
+def wait_until_denied(
+    control_plane: ControlPlane, namespace: str, timeout: float = 60, denied: bool = True
+) -> None:
+    """Configurations go live (and go away) asynchronously: dry-run a canary until our webhook
+    denies it (or, with `denied=False`, until the API server admits it without us)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         result = control_plane.kubectl(
             "create", "--dry-run=server", "-n", namespace, "-f", "-", input=json.dumps(CANARY)
         )
-        if "tpu.topology-invalid" in result.stderr or "offers 1x1" in result.stderr:
+        ours = "tpu.topology-invalid" in result.stderr or "offers 1x1" in result.stderr
+        if ours if denied else result.returncode == 0:
             return
         time.sleep(0.5)
-    raise AssertionError("the webhook configuration never went live")
+    raise AssertionError(f"the webhook configuration never went {'live' if denied else 'away'}")
 
 
-@pytest.fixture(scope="session")
-def registered(control_plane: ControlPlane, webhook_server: WebhookProcess) -> list[dict[str, Any]]:
-    """Our Mutating and Validating configurations (url mode), live in the API server."""
-    configurations = url_webhook_configurations(webhook_server.url, ca_bundle(webhook_server))
+@pytest.fixture(scope="package")
+def registered(
+    control_plane: ControlPlane, webhook_server: WebhookProcess
+) -> Iterator[list[dict[str, Any]]]:
+    """The chart's Mutating and Validating configurations in url mode (`helm template` with
+    ci/url-values.yaml, pointed at `webhook_server`), live in the API server while the tests of
+    this folder run (removed after them: tests/chart registers its own)."""
+    configurations = url_mode_configurations(
+        webhook_server.url, webhook_server.ca_file.read_bytes()
+    )
     manifest = "\n".join(json.dumps(c) for c in configurations)
     control_plane.kubectl("apply", "-f", "-", input=manifest, check=True)
-    wait_until_denied(control_plane, "default")
-    return configurations
+    try:
+        wait_until_denied(control_plane, "default")
+        yield configurations
+    finally:
+        control_plane.kubectl("delete", "-f", "-", input=manifest, check=True)
+        wait_until_denied(control_plane, "default", denied=False)
 
 
 @pytest.fixture(scope="session")

@@ -373,13 +373,22 @@ def assert_vllm_groups_carry_lws_variables_only(cp: ControlPlane, ns: str) -> No
 
 
 def pod_mutations(server: WebhookProcess, ns: str, pods: list[str]) -> dict[str, int]:
-    """How often tpu-webhook's mutating endpoint saw each Pod, once each one was validated."""
+    """How often tpu-webhook's mutating endpoint was called in the admission that created each
+    Pod: the mutations right before its last validation, in the order the server answered them
+    (a reinvocation adds one there; a controller's earlier failed create ends before it, and the
+    API server gives every call a new uid, so uids cannot tell them apart)."""
 
     def counted() -> dict[str, int] | None:
         lines = [r for r in reviews(server, ns) if r["kind"] == "Pod"]
-        if not set(pods) <= {r["name"] for r in lines if r["endpoint"] == "validate"}:
-            return None
-        return {p: sum(r["name"] == p and r["endpoint"] == "mutate" for r in lines) for p in pods}
+        found: dict[str, int] = {}
+        for pod in pods:
+            endpoints = [r["endpoint"] for r in lines if r["name"] == pod]
+            if "validate" not in endpoints:
+                return None
+            last = len(endpoints) - 1 - endpoints[::-1].index("validate")
+            before = endpoints[:last]
+            found[pod] = len(before) - len("".join(e[0] for e in before).rstrip("m"))
+        return found
 
     return wait_for(counted, f"tpu-webhook reviews of {pods}", timeout=10)
 

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from webhook.app import create_app
+from webhook.serving.app import create_app
 from webhook.settings import Settings
 
 

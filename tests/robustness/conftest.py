@@ -24,7 +24,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from tests.support.webhook_process import WebhookProcess, make_certs
-from webhook.app import create_app
+from webhook.serving.app import create_app
 from webhook.settings import Settings
 
 SOAK_SECONDS = float(os.environ.get("TPU_WEBHOOK_SOAK_SECONDS", "20"))
@@ -287,10 +287,37 @@ class Connection:
         except (ConnectionResetError, BrokenPipeError) as error:
             raise ClosedBeforeResponse(f"reset: {error!r}") from None
 
+    async def sent_and_read(self, timeout: float = 10.0) -> None:
+        """Return once the server process has read every byte written so far (an event the
+        kernel reports, not a guess about time)."""
+        local = self.writer.get_extra_info("sockname")[1]
+        remote = self.writer.get_extra_info("peername")[1]
+        deadline = time.monotonic() + timeout
+        while not all_bytes_read(local, remote):
+            assert time.monotonic() < deadline, "the server did not read what was sent"
+            await asyncio.sleep(0.005)
+
     async def close(self) -> None:
         self.writer.close()
         with contextlib.suppress(OSError, ssl.SSLError, TimeoutError):
             await asyncio.wait_for(self.writer.wait_closed(), 2)
+
+
+def all_bytes_read(client_port: int, server_port: int) -> bool:
+    """Whether the loopback TCP connection client_port -> server_port has nothing in flight: the
+    client's send queue is acknowledged (tx_queue 0) and the server process has read its
+    receive queue (rx_queue 0), as /proc/net/tcp reports both ends."""
+    queues: dict[tuple[int, int], tuple[int, int]] = {}
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote = (int(a.split(":")[1], 16) for a in fields[1:3])
+        tx, rx = (int(q, 16) for q in fields[4].split(":"))
+        queues[(local, remote)] = (tx, rx)
+    client = queues.get((client_port, server_port))
+    server = queues.get((server_port, client_port))
+    assert client is not None, "no such connection"
+    assert server is not None, "no such connection"
+    return client[0] == 0 and server[1] == 0
 
 
 def run_async(main: Any) -> Any:

@@ -527,7 +527,7 @@ def test_a_review_at_the_body_cap_is_answered_within_the_api_server_timeout(
             small = await Connection.open(server.port, server.ssl_context())
             started = time.perf_counter()
             answer = asyncio.ensure_future(big.post("/mutate", body, timeout=10))
-            await asyncio.sleep(0.5)
+            await big.sent_and_read()  # the big one is in the server before the small one
             other = await small.post("/validate", body_of(single_host_pod()), timeout=10)
             other_seconds = time.perf_counter() - started
             assert other.status == 200

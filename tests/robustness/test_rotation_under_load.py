@@ -2,8 +2,10 @@
 
 The certificate directory is laid out like a Kubernetes Secret volume (`tls.crt ->
 ..data/tls.crt`, `..data -> ..<version>`), so a rotation is one atomic rename, as kubelet does it.
-One rotation is written non-atomically in place (key first, then the certificate), the way a
-careless tool would; the server must keep serving the old pair until the new one is whole.
+One rotation is written non-atomically in place (key first, then, once the server has tried and
+refused the half-written pair, the certificate), the way a careless tool would; the server must
+keep serving the old pair until the new one is whole. Every step waits for an event (requests
+answered, handshakes made, a log line), never for a time.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -32,7 +35,7 @@ from webhook.certs import KeyPair, make_serving_cert
 KEEP_ALIVE_CLIENTS = 8
 RECONNECTING_CLIENTS = 2
 ATOMIC_SWAPS = max(4, int(SOAK_SECONDS // 4))
-HALF_WRITTEN_SECONDS = 1.0  # five reload periods of the test server (0.2 s)
+HALF_WRITTEN = "new certificate files not usable yet"  # the server saw a half-written pair
 BODY = orjson.dumps(review(single_host_pod(), uid="rotation"))
 
 
@@ -47,6 +50,7 @@ class SecretVolume:
         self.directory = directory
         self.ca = ca
         self.version = 0
+        self.server: WebhookProcess | None = None
 
     def lay_out(self) -> int:
         serial = self.swap()
@@ -75,10 +79,21 @@ class SecretVolume:
         pair = make_serving_cert(self.ca, ["localhost"], ["127.0.0.1"])
         data = {"tls.crt": pair.cert_pem, "tls.key": pair.key_pem}
         second = "tls.crt" if first == "tls.key" else "tls.key"
+        assert self.server is not None
+        seen = self.server.logs().count(HALF_WRITTEN)
         (self.directory / first).write_bytes(data[first])
-        await asyncio.sleep(HALF_WRITTEN_SECONDS)
+        await until(
+            lambda: self.server is not None and self.server.logs().count(HALF_WRITTEN) > seen
+        )
         (self.directory / second).write_bytes(data[second])
         return serial_of(pair.cert_pem)
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "not within the timeout"
+        await asyncio.sleep(0.01)
 
 
 class Traffic:
@@ -122,6 +137,11 @@ class Traffic:
             self.failures.append(repr(error))
             await asyncio.sleep(0.05)
 
+    async def more(self, handshakes: int, requests: int) -> None:
+        """Wait until this many more handshakes and requests have succeeded."""
+        want = (self.handshakes + handshakes, self.sent + requests)
+        await until(lambda: self.handshakes >= want[0] and self.sent >= want[1])
+
     async def serial_of_a_new_connection(self) -> int | None:
         try:
             connection = await Connection.open(self.server.port, self.server.ssl_context())
@@ -146,7 +166,8 @@ def start_server(tmp_path: Path) -> tuple[WebhookProcess, SecretVolume, int]:
     ca = make_certs(tmp_path)
     volume = SecretVolume(tmp_path, ca)
     first = volume.lay_out()
-    return WebhookProcess(tmp_path).start(), volume, first
+    volume.server = WebhookProcess(tmp_path).start()
+    return volume.server, volume, first
 
 
 @pytest.mark.timeout(60 + 3 * SOAK_SECONDS)
@@ -161,7 +182,7 @@ def test_rotations_under_load_fail_no_request_and_reach_new_connections(tmp_path
             asyncio.ensure_future(traffic.reconnecting()) for _ in range(RECONNECTING_CLIENTS)
         ]
         try:
-            await asyncio.sleep(1)
+            await until(lambda: traffic.sent >= 50 and traffic.handshakes >= 5)
             seen.append(await traffic.serial_of_a_new_connection())
             for step in range(ATOMIC_SWAPS + 2):
                 if step == ATOMIC_SWAPS // 2:
@@ -170,7 +191,7 @@ def test_rotations_under_load_fail_no_request_and_reach_new_connections(tmp_path
                     expected.append(volume.swap())
                 if await traffic.wait_for_serial(expected[-1]):
                     seen.append(expected[-1])
-                await asyncio.sleep(0.5)
+                await traffic.more(handshakes=4, requests=20)  # under the new certificate
         finally:
             traffic.stop.set()
             await asyncio.gather(*tasks)
@@ -214,10 +235,10 @@ def test_a_certificate_written_before_its_key_breaks_no_new_handshake(tmp_path: 
         tasks = [asyncio.ensure_future(traffic.reconnecting()) for _ in range(2)]
         tasks.append(asyncio.ensure_future(traffic.keep_alive()))
         try:
-            await asyncio.sleep(0.5)
+            await until(lambda: traffic.sent >= 10 and traffic.handshakes >= 4)
             serial = await volume.write_in_place(first="tls.crt")
             reached = await traffic.wait_for_serial(serial)
-            await asyncio.sleep(0.5)
+            await traffic.more(handshakes=4, requests=0)  # under the new pair
         finally:
             traffic.stop.set()
             await asyncio.gather(*tasks)

@@ -119,6 +119,7 @@ def test_sigterm_under_load_answers_fully_refuses_new_connections_and_exits_0(
     process = server.process
     outcomes = Outcomes()
     probes: list[bool] = []
+    refused_from_now_on = asyncio.Event()
     in_flight: dict[str, object] = {}
 
     async def send_half_a_review_then_signal() -> None:
@@ -128,10 +129,10 @@ def test_sigterm_under_load_answers_fully_refuses_new_connections_and_exits_0(
         try:
             connection.writer.write(data[: len(data) // 2])
             await connection.writer.drain()
-            await asyncio.sleep(0.2)
+            await connection.sent_and_read()  # the server has the headers: a request in flight
             outcomes.signalled_at = time.monotonic()
             os.kill(process.pid, signal.SIGTERM)
-            await asyncio.sleep(0.5)
+            await refused_from_now_on.wait()  # the server is shutting down
             connection.writer.write(data[len(data) // 2 :])
             await connection.writer.drain()
             reply = await asyncio.wait_for(read_reply(connection.reader, time.perf_counter()), 25)
@@ -143,16 +144,22 @@ def test_sigterm_under_load_answers_fully_refuses_new_connections_and_exits_0(
             await connection.close()
 
     async def probe_new_connections() -> None:
+        """The first refused connection after the signal, then ten more: refused for good."""
         while outcomes.signalled_at is None:
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(1.0)
+            await asyncio.sleep(0.01)
+        while not await asyncio.to_thread(connect_refused, server.port):
+            await asyncio.sleep(0.01)
+        refused_from_now_on.set()
         for _ in range(10):
             probes.append(await asyncio.to_thread(connect_refused, server.port))
-            await asyncio.sleep(0.1)
 
     async def run() -> None:
         clients = [asyncio.ensure_future(client(i, server, outcomes)) for i in range(CLIENTS)]
-        await asyncio.sleep(LOAD_BEFORE_SIGNAL_SECONDS)
+        started = time.monotonic()
+        while outcomes.answered < 10 * CLIENTS:  # every client under way (or nearly)
+            assert time.monotonic() - started < 30, "no load before the signal"
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(LOAD_BEFORE_SIGNAL_SECONDS)  # how long the load runs: the profile
         await asyncio.gather(send_half_a_review_then_signal(), probe_new_connections())
         await asyncio.wait_for(asyncio.gather(*clients), GRACE_PERIOD_SECONDS)
 
@@ -177,7 +184,7 @@ def test_sigterm_under_load_answers_fully_refuses_new_connections_and_exits_0(
     assert outcomes.broken == []
     assert in_flight == {"status": 200, "uid": "heavy"}, "the review in flight is answered"
     assert len(probes) == 10
-    assert all(probes), "connections made 1 s after SIGTERM are refused"
+    assert all(probes), "once refused after SIGTERM, new connections stay refused"
     assert code == 0
     assert exit_seconds < GRACE_PERIOD_SECONDS - 5
     assert outcomes.answered > 100

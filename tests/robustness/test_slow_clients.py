@@ -4,7 +4,7 @@ Stock uvicorn 0.54 + httptools + uvloop, as first measured here (keep-alive 120 
 connection without a TLS ClientHello closed after 60 s (uvloop's default handshake timeout);
 after the handshake, a connection that sent nothing, trickled its headers or sent a short body
 was never closed (no timer before a first request, no header or body timeout). The server now
-runs webhook.protocol: every request must arrive completely, and every TLS handshake finish,
+runs webhook.serving.protocol: every request must arrive completely, and every TLS handshake finish,
 within `request_timeout_seconds` (10 s); idle keep-alive connections still close after
 `keep_alive_seconds`.
 """
@@ -48,6 +48,7 @@ class SlowConnection:
         self.style = style
         self.closed_after: float | None = None
         self.task: asyncio.Future[None] | None = None
+        self.under_way = asyncio.Event()  # connected, and the first byte (if any) written
 
     async def run(self, port: int, context: ssl.SSLContext) -> None:
         started = time.monotonic()
@@ -66,12 +67,15 @@ class SlowConnection:
                     writer.write(bytes([byte]))
                     with contextlib.suppress(ConnectionError, ssl.SSLError):
                         await writer.drain()
-                    await asyncio.sleep(1)
+                    self.under_way.set()
+                    await asyncio.sleep(1)  # the trickle: one byte a second
             elif self.style == "tls-partial-body":
                 writer.write(
                     b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                     b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
                 )
+                await writer.drain()
+            self.under_way.set()
             await watcher
         finally:
             writer.close()
@@ -154,7 +158,7 @@ def test_fifty_slow_connections_do_not_starve_normal_clients(tmp_path: Path) -> 
     async def run() -> None:
         nonlocal exit_seconds
         slow = open_slow(styles, server.port, server.ssl_context())
-        await asyncio.sleep(2)  # all open, the trickles under way
+        await asyncio.wait_for(asyncio.gather(*(c.under_way.wait() for c in slow)), 10)
         assert all(c.closed_after is None for c in slow)  # open: they really are there
         figures.started = time.perf_counter()
         await normal_traffic(server, 6, figures)  # within the 10 s request deadline

@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.webhook_process import WebhookProcess, make_certs
 from webhook.certs import make_serving_cert, write_pair
-from webhook.tls import ServingTLS
+from webhook.serving.tls import ServingTLS
 
 REVIEW = json.dumps(
     {

@@ -1,8 +1,9 @@
 """Pytest plugin: a session-scoped real control plane (``control_plane`` fixture).
 
 Loaded from ``tests/conftest.py``. The tools are built (or found in the cache) once,
-during collection, and only when a collected test uses ``control_plane``, so a cold
-build does not count against a test's timeout. When any test of the session failed,
+during collection, and only when a selected test uses ``control_plane`` (after ``-m``/``-k``
+deselection, so ``pytest -m "not e2e"`` builds nothing), so a cold build does not count against
+a test's timeout. When any test of the session failed,
 the process logs are kept in ``.e2e-logs/<timestamp>/`` at the repository root.
 """
 
@@ -29,6 +30,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_kept_logs] = []
 
 
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected what will not run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.option.collectonly:
         return

@@ -45,7 +45,6 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any
 
 from dev.controlplane import (
@@ -53,6 +52,7 @@ from dev.controlplane import (
     DEFAULT_CONTROLLERS,
     ControlPlane,
     ControlPlaneError,
+    Started,
     _cert_pem,
     _child_setup,
     _free_port,
@@ -100,7 +100,7 @@ class NodeError(ControlPlaneError):
     """The node could not be prepared, started or cleaned."""
 
 
-class ClusterNode:
+class ClusterNode(Started):
     """A control plane plus one kubelet node that runs Pods; see the module docstring.
 
     ``images`` are image archives (docker-archive or OCI) imported into containerd before the
@@ -167,18 +167,6 @@ class ClusterNode:
         )
 
     # ------------------------------------------------------------------ lifecycle
-
-    def __enter__(self) -> ClusterNode:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self) -> None:
         missing = missing_debian_tools()

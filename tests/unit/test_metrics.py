@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from webhook.metrics import BUCKETS, Metrics
+from webhook.serving.metrics import BUCKETS, Metrics
 
 
 def scrape(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -20,7 +20,7 @@ def scrape(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], fl
 def test_a_bucket_holds_the_values_up_to_its_bound() -> None:
     metrics = Metrics()
     for seconds in (0.0001, 0.001, 0.0010001, 7.0):
-        metrics.observe("mutate", "Pod", "CREATE", "allowed", None, "enforce", seconds)
+        metrics.observe("mutate", "Pod", "CREATE", "allowed", None, seconds)
     seen = scrape(metrics)
 
     def bucket(le: str) -> float:
@@ -42,7 +42,7 @@ def test_a_bucket_holds_the_values_up_to_its_bound() -> None:
 def test_labels_of_unknown_kinds_and_operations_are_folded() -> None:
     metrics = Metrics()
     for n in range(50):
-        metrics.observe("validate", f"Kind{n}", f"OP{n}", "allowed", None, "enforce", 0.001)
+        metrics.observe("validate", f"Kind{n}", f"OP{n}", "allowed", None, 0.001)
     seen = scrape(metrics)
     labels = (
         ("endpoint", "validate"),

@@ -204,26 +204,54 @@ def test_mutation_never_raises_on_unhashable_values_in_ports_or_env(fields: dict
 
 
 # Valid quantities that overflow Python's decimal context, use the "Ei" suffix, or are huge
-# whole numbers: each must get a verdict (the API server accepts all of them as quantities).
+# whole numbers: each must get a verdict (the API server accepts all of them as quantities), and
+# the denial must read like a Kubernetes field error: (resource, value, rule, field, value shown).
+LIMIT = "spec.containers[0].resources.limits[google.com/tpu]"
 EXTREME = [
-    (TPU, "1Ei"),
-    ("memory", "1Ei"),
-    ("cpu", "1e1000000"),
-    (TPU, "1e1000000"),
-    (TPU, "1e5000"),
+    (TPU, "1Ei", "tpu.chips-per-host", LIMIT, str(2**60)),
+    (
+        "memory",
+        "1Ei",
+        "tpu.resources-exceed-node",
+        "spec.containers[0].resources.requests[memory]",
+        '"1Ei"',
+    ),
+    (
+        "cpu",
+        "1e1000000",
+        "tpu.resources-exceed-node",
+        "spec.containers[0].resources.requests[cpu]",
+        '"1e1000000"',
+    ),
+    (TPU, "1e1000000", "tpu.quantity-invalid", LIMIT, '"1e1000000"'),
+    (TPU, "1e5000", "tpu.quantity-invalid", LIMIT, '"1e5000"'),
 ]
+NOT_PRINTABLE_MARKS = ("Decimal", "Infinity", "inf", "e+", "Traceback", "None", "\\")
 
 
-@pytest.mark.parametrize(("resource", "value"), EXTREME, ids=[f"{r}={v}" for r, v in EXTREME])
-def test_extreme_quantities_get_a_verdict_with_printable_messages(
-    resource: str, value: str
+@pytest.mark.parametrize(
+    ("resource", "value", "code", "field", "shown"),
+    EXTREME,
+    ids=[f"{r}={v}" for r, v, *_ in EXTREME],
+)
+def test_extreme_quantities_are_denied_with_a_field_error_a_person_can_read(
+    resource: str, value: str, code: str, field: str, shown: str
 ) -> None:
     amounts = {TPU: 4, resource: value}
     obj = tpu_pod({"resources": {"requests": amounts, "limits": amounts}})
     workload = workload_of(obj)
     result = apply(obj, decide.mutate(obj, workload, CATALOG, OPTIONS).patch)
-    verdict = decide.validate(result, workload, CATALOG)
-    assert [v.message for v in verdict.denials] != []
+    denials = decide.validate(result, workload, CATALOG).denials
+    (denial,) = [v for v in denials if v.code == code]
+    assert str(denial.field) == field
+    assert denial.message.startswith(f"{field}: Invalid value: {shown}: ")
+    for v in denials:  # every denial reads as a Kubernetes field error
+        head, _, detail = v.message.partition(": ")
+        assert head == str(v.field)
+        assert detail.split(": ", 1)[0] in ("Invalid value", "Required value", "Forbidden")
+        assert v.message.isprintable()
+        assert len(v.message) <= 500  # the advice, never a huge echo of the value
+        assert [mark for mark in NOT_PRINTABLE_MARKS if mark in v.message] == []
 
 
 def test_a_huge_chip_count_is_judged_in_well_under_a_second() -> None:

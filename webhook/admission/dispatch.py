@@ -1,4 +1,4 @@
-"""Route a review to the policy: which workload it is, which decision, in which mode."""
+"""Route a review to the policy: which workload it is, and which decision."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from webhook.policy.decide import ALLOW, Options, Verdict
 from webhook.policy.workloads import workload_for
 
 ENDPOINTS = ("mutate", "validate")
-MODES = ("enforce", "warn")
 
 
 @dataclass(frozen=True, slots=True)

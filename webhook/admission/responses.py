@@ -1,4 +1,9 @@
-"""AdmissionReview responses: allowed, denied with a field-error message, or patched."""
+"""AdmissionReview responses: allowed, denied with a field-error message, or patched.
+
+Modes: `enforce` answers a verdict as it is; `warn` (namespaces that asked for advice only)
+answers every denial as a warning. `in_mode` is the one place that says so: the response, the
+metrics and the review log all read the verdict it returns.
+"""
 
 from __future__ import annotations
 
@@ -11,19 +16,34 @@ from webhook.policy.decide import Verdict
 from webhook.policy.violations import aggregate
 
 
+def in_mode(verdict: Verdict, mode: str) -> Verdict:
+    """The verdict as answered in `mode`: in warn mode denials become warnings."""
+    if mode != "warn" or not verdict.denials:
+        return verdict
+    return Verdict(warnings=(*verdict.denials, *verdict.warnings), patch=verdict.patch)
+
+
+def outcome(answered: Verdict) -> str:
+    """denied, warned, patched or allowed: what the API server was told (a verdict `in_mode`)."""
+    if answered.denials:
+        return "denied"
+    if answered.warnings:
+        return "warned"
+    return "patched" if answered.patch else "allowed"
+
+
 def build_response(api_version: str, uid: str, verdict: Verdict, mode: str) -> dict[str, Any]:
-    """The AdmissionReview answer for a verdict; in warn mode denials become warnings."""
-    denials, warnings = verdict.denials, verdict.warnings
-    if mode == "warn":
-        denials, warnings = (), (*denials, *warnings)
-    response: dict[str, Any] = {"uid": uid, "allowed": not denials}
-    if denials:
-        response["status"] = {"code": 403, "reason": "Forbidden", "message": aggregate(denials)}
-    elif verdict.patch:
+    """The AdmissionReview answer for a verdict in a mode."""
+    answered = in_mode(verdict, mode)
+    response: dict[str, Any] = {"uid": uid, "allowed": not answered.denials}
+    if answered.denials:
+        message = aggregate(answered.denials)
+        response["status"] = {"code": 403, "reason": "Forbidden", "message": message}
+    elif answered.patch:
         response["patchType"] = "JSONPatch"
-        response["patch"] = b2a_base64(orjson.dumps(verdict.patch), newline=False).decode()
-    if warnings:
-        response["warnings"] = [w.message for w in warnings]
+        response["patch"] = b2a_base64(orjson.dumps(answered.patch), newline=False).decode()
+    if answered.warnings:
+        response["warnings"] = [w.message for w in answered.warnings]
     annotations = _audit_annotations(verdict, mode)
     if annotations:
         response["auditAnnotations"] = annotations
@@ -31,6 +51,8 @@ def build_response(api_version: str, uid: str, verdict: Verdict, mode: str) -> d
 
 
 def _audit_annotations(verdict: Verdict, mode: str) -> dict[str, str]:
+    """The rule codes as found: a denial stays a `violation` when warn mode answered it as a
+    warning, and `mode: warn` says so."""
     annotations: dict[str, str] = {}
     if verdict.denials:
         annotations["violations"] = ",".join(sorted({v.code for v in verdict.denials}))

@@ -9,7 +9,9 @@ the decoder refuses), and a later anchor of the same name replaces the earlier o
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
@@ -70,11 +72,11 @@ def compose(text: str, first_line: int = 1) -> Node | None:
         events.close()
 
 
-def _build(events: object, offset: int) -> Node | None:
+def _build(events: Iterable[Any], offset: int) -> Node | None:
     anchors: dict[str, Node] = {}
     stack: list[Node] = []
     root: Node | None = None
-    for event in events:  # type: ignore[attr-defined]
+    for event in events:
         if isinstance(event, DocumentEndEvent):
             break
         if isinstance(event, MappingEndEvent | SequenceEndEvent):

@@ -139,7 +139,11 @@ def check_hostname_length(obj: Mapping[str, Any], site: Site, shape: SliceShape)
     name = dig(obj, ("metadata", "name"))
     if hosts is None or not hosts.named_by_object or not isinstance(name, str) or not name:
         return []
-    last = f"{name}-{shape.hosts - 1}"
+    return hostname_too_long(name, f"{name}-{shape.hosts - 1}", "host")
+
+
+def hostname_too_long(name: str, last: str, what: str = "host") -> list[Violation]:
+    """`metadata.name` when the last Pod's hostname `last`, made from it, is no DNS label."""
     if len(last) <= MAX_HOSTNAME_LENGTH:
         return []
     room = MAX_HOSTNAME_LENGTH - len(last) + len(name)
@@ -148,7 +152,7 @@ def check_hostname_length(obj: Mapping[str, Any], site: Site, shape: SliceShape)
             "tpu.hostname-too-long",
             FieldPath.root("metadata", "name"),
             ErrorType.INVALID,
-            f"the last host's hostname {json.dumps(last)} is {len(last)} characters and a "
+            f"the last {what}'s hostname {json.dumps(last)} is {len(last)} characters and a "
             f"hostname is at most {MAX_HOSTNAME_LENGTH}; shorten the name to at most {room} "
             "characters",
             name,

@@ -59,19 +59,18 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
 {{/*
-Container resources: a memory request or limit left out follows server.workers, (workers + 1) x
-64Mi and (workers + 1) x 128Mi (one worker process per worker, plus uvicorn's supervisor).
+Container resources: a memory request or limit left out is 128Mi / 256Mi (one server process,
+70-85 MiB measured in bench/RESULTS.md).
 */}}
 {{- define "tpu-webhook.resources" -}}
 {{- $res := deepCopy (.Values.resources | default dict) }}
-{{- $units := add1 (int .Values.server.workers) }}
 {{- $requests := get $res "requests" | default dict }}
 {{- if not (hasKey $requests "memory") }}
-{{- $_ := set $requests "memory" (printf "%dMi" (mul 64 $units)) }}
+{{- $_ := set $requests "memory" "128Mi" }}
 {{- end }}
 {{- $limits := get $res "limits" | default dict }}
 {{- if not (hasKey $limits "memory") }}
-{{- $_ := set $limits "memory" (printf "%dMi" (mul 128 $units)) }}
+{{- $_ := set $limits "memory" "256Mi" }}
 {{- end }}
 {{- $_ := set $res "requests" $requests }}
 {{- $_ := set $res "limits" $limits }}

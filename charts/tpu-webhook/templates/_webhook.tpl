@@ -33,46 +33,22 @@ clientConfig:
 {{- end }}
 
 {{/*
-Rules for every supported kind. Call with the list of operations. Pods are core/v1, Jobs and
-CronJobs batch/v1, Deployments and StatefulSets apps/v1, JobSets jobset.x-k8s.io/v1alpha2,
-LeaderWorkerSets leaderworkerset.x-k8s.io/v1, RayClusters, RayJobs and RayServices ray.io/v1;
-matchPolicy Equivalent also sends requests made through other versions of the same resources,
-converted to these.
+Rules for every supported kind, with the given operations. files/webhook-rules.json is generated
+from the webhook's workload table (`make chart-files`, webhook/registration.py; a unit test keeps
+it identical): one rule per API group and version (the owners' CRDs may be absent: a rule for a
+missing resource matches nothing). matchPolicy Equivalent also sends requests made through other
+versions of the same resources, converted to these. Call with (dict "root" $ "ops" <operations>).
 */}}
 {{- define "tpu-webhook.rules" -}}
-{{- $ops := . -}}
+{{- $ops := .ops -}}
 rules:
-  - apiGroups: [""]
-    apiVersions: ["v1"]
-    resources: ["pods"]
+{{- range (.root.Files.Get "files/webhook-rules.json" | fromJsonArray) }}
+  - apiGroups: {{ toJson .apiGroups }}
+    apiVersions: {{ toJson .apiVersions }}
+    resources: {{ toJson .resources }}
     operations: {{ toJson $ops }}
-    scope: Namespaced
-  - apiGroups: ["batch"]
-    apiVersions: ["v1"]
-    resources: ["jobs", "cronjobs"]
-    operations: {{ toJson $ops }}
-    scope: Namespaced
-  - apiGroups: ["apps"]
-    apiVersions: ["v1"]
-    resources: ["deployments", "statefulsets"]
-    operations: {{ toJson $ops }}
-    scope: Namespaced
-  # Owners of TPU slices (their CRDs may be absent: a rule for a missing resource matches nothing).
-  - apiGroups: ["jobset.x-k8s.io"]
-    apiVersions: ["v1alpha2"]
-    resources: ["jobsets"]
-    operations: {{ toJson $ops }}
-    scope: Namespaced
-  - apiGroups: ["leaderworkerset.x-k8s.io"]
-    apiVersions: ["v1"]
-    resources: ["leaderworkersets"]
-    operations: {{ toJson $ops }}
-    scope: Namespaced
-  - apiGroups: ["ray.io"]
-    apiVersions: ["v1"]
-    resources: ["rayclusters", "rayjobs", "rayservices"]
-    operations: {{ toJson $ops }}
-    scope: Namespaced
+    scope: {{ .scope }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -115,7 +91,7 @@ objectSelector:
 matchConditions (CEL, evaluated by the API server before calling us): send only objects whose
 pod spec has a TPU nodeSelector key or a container/initContainer requesting or limiting
 google.com/tpu. files/tpu-workload.cel is generated from the webhook's workload table
-(`make chart-cel`, webhook/configs.py); a unit test keeps it identical to the server's.
+(`make chart-files`, webhook/registration.py); a unit test keeps it identical.
 */}}
 {{- define "tpu-webhook.matchConditions" -}}
 {{- if .Values.webhook.matchConditions.enabled -}}

@@ -14,13 +14,13 @@ from typing import Any
 
 from webhook.catalog.tpu import (
     ACCELERATOR_LABEL,
-    MAX_HOSTNAME_LENGTH,
     TOPOLOGY_LABEL,
     Catalog,
     SliceShape,
 )
 from webhook.policy.paths import FieldPath
 from webhook.policy.podspec import TpuSpec, slice_shape
+from webhook.policy.slice_rules import hostname_too_long
 from webhook.policy.violations import ErrorType, Violation
 from webhook.policy.workloads import LWS_TEMPLATE, Site, dig
 
@@ -123,17 +123,4 @@ def _check_hostname_length(obj: Mapping[str, Any]) -> list[Violation]:
     groups = replicas if isinstance(replicas, int) and replicas > 0 else 1
     pods = size if isinstance(size, int) and size > 1 else 1
     last = f"{name}-{groups - 1}-{pods - 1}" if pods > 1 else f"{name}-{groups - 1}"
-    if len(last) <= MAX_HOSTNAME_LENGTH:
-        return []
-    room = MAX_HOSTNAME_LENGTH - len(last) + len(name)
-    return [
-        Violation(
-            "tpu.hostname-too-long",
-            FieldPath.root("metadata", "name"),
-            ErrorType.INVALID,
-            f"the last Pod's hostname {json.dumps(last)} is {len(last)} characters and a "
-            f"hostname is at most {MAX_HOSTNAME_LENGTH}; shorten the name to at most {room} "
-            "characters",
-            name,
-        )
-    ]
+    return hostname_too_long(name, last, "Pod")

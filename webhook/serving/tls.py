@@ -2,6 +2,11 @@
 
 `ssl.SSLContext.load_cert_chain` on the live context swaps the certificate for new handshakes;
 connections already open keep theirs, so a rotation never fails a request in flight.
+
+`problem()` is what readiness asks: nothing loaded, the served certificate expired, or files that
+changed and could not be loaded for longer than a grace period (a rotation half written is
+normal for a moment; a broken Secret that stays broken means the certificate the API server
+expects is not the one served).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import hashlib
 import logging
 import os
 import ssl
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,9 +35,12 @@ class ServingTLS:
     cert_file: Path
     key_file: Path
     client_ca_file: Path | None = None
+    failing_grace_seconds: float = 60.0
     context: ssl.SSLContext = field(init=False)
     not_after: dt.datetime | None = field(init=False, default=None)
     reloads: int = field(init=False, default=0)
+    failing_since: float | None = field(init=False, default=None)  # time.monotonic()
+    last_error: str = field(init=False, default="")
     _fingerprint: bytes = field(init=False, default=b"")
 
     def __post_init__(self) -> None:
@@ -49,23 +58,47 @@ class ServingTLS:
     def loaded(self) -> bool:
         return self.not_after is not None
 
+    def problem(self, now: dt.datetime | None = None, monotonic: float | None = None) -> str:
+        """Why the served certificate is not fit to serve ("" when it is)."""
+        if self.not_after is None:
+            return "no serving certificate loaded"
+        now = now or dt.datetime.now(dt.UTC)
+        if now >= self.not_after:
+            return f"serving certificate expired at {self.not_after.isoformat()}"
+        if self.failing_since is not None:
+            failing = (time.monotonic() if monotonic is None else monotonic) - self.failing_since
+            if failing >= self.failing_grace_seconds:
+                return (
+                    f"certificate files changed {failing:.0f} s ago and cannot be loaded: "
+                    f"{self.last_error}"
+                )
+        return ""
+
     def reload_if_changed(self) -> bool:
         """Load the files again if their content changed; keep the old pair if the new is bad."""
         try:
             cert, key = self._read()
         except OSError as error:
-            log.warning("cannot read certificate files, keeping the current ones: %s", error)
+            self._failed(f"cannot read certificate files: {error}")
             return False
         if hashlib.sha256(cert + key).digest() == self._fingerprint:
+            self.failing_since = None  # back to the pair being served
             return False
         try:
             self._load(cert, key)
         except (ssl.SSLError, ValueError) as error:
-            log.warning("new certificate files not usable yet, keeping the current ones: %s", error)
+            self._failed(f"new certificate files not usable yet: {error}")
             return False
+        self.failing_since = None
         self.reloads += 1
         log.info("serving certificate reloaded, valid until %s", self.not_after)
         return True
+
+    def _failed(self, error: str) -> None:
+        log.warning("%s; keeping the current ones", error)
+        self.last_error = error
+        if self.failing_since is None:
+            self.failing_since = time.monotonic()
 
     def _read(self) -> tuple[bytes, bytes]:
         return self.cert_file.read_bytes(), self.key_file.read_bytes()

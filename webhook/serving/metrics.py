@@ -68,10 +68,10 @@ class Metrics:
         kind: str,
         operation: str,
         outcome: str,
-        verdict: Verdict | None,
-        mode: str,
+        answered: Verdict | None,
         seconds: float,
     ) -> None:
+        """One review: `answered` is the verdict as the API server was told it (`in_mode`)."""
         kind = kind if kind in KINDS else "other"  # labels never grow with what clients send
         operation = operation if operation in OPERATIONS else "other"
         key = (endpoint, kind, operation, outcome)
@@ -80,17 +80,14 @@ class Metrics:
         if histogram is None:
             histogram = self.latency[endpoint] = Histogram()
         histogram.observe(seconds)
-        if verdict is None or not (verdict.denials or verdict.warnings or verdict.patch):
+        if answered is None or not (answered.denials or answered.warnings or answered.patch):
             return
-        denials, warnings = verdict.denials, verdict.warnings
-        if mode == "warn":
-            denials, warnings = (), (*denials, *warnings)
-        for v in denials:
+        for v in answered.denials:
             self.denials[v.code] = self.denials.get(v.code, 0) + 1
-        for v in warnings:
+        for v in answered.warnings:
             self.warnings[v.code] = self.warnings.get(v.code, 0) + 1
-        if verdict.patch and not denials:
-            self.patch_operations += len(verdict.patch)
+        if answered.patch and not answered.denials:
+            self.patch_operations += len(answered.patch)
 
     def collect(self) -> Iterator[Metric]:
         """The families, as prometheus_client's registry asks a custom collector for them."""

@@ -1,4 +1,6 @@
-"""uvicorn's httptools protocol with the two guards an admission webhook needs and uvicorn lacks.
+"""The only code that reaches into uvicorn: its httptools protocol, with the two guards an
+admission webhook needs and uvicorn has no setting for, and the event loop that gives the TLS
+handshake a deadline.
 
 - A deadline for each request to arrive completely (headers and body). uvicorn arms no timer
   before the first request and none while headers or a body trickle in, so a slow client could
@@ -8,26 +10,42 @@
   a review already on its way on one of them is lost (the API server does not retry a POST
   whose body it wrote). Here an idle connection stays open `drain_seconds` longer: a request
   that arrives gets its answer with `Connection: close`, then the connection closes.
+- The TLS handshake gets the same deadline: uvicorn passes none to `loop.create_server`, and
+  uvloop then waits 60 s.
+- One write per response. uvicorn writes a response's head and body separately: two TLS records
+  and two send calls. The connection's transport is wrapped so the writes of one loop callback
+  go out as one (it pays at 8 and 64 connections, not at 1: bench/RESULTS.md).
 
-And the event loop gives the TLS handshake the same deadline.
+Everything here that is not public uvicorn API is named in `PRIVATE_API`;
+tests/server/test_uvicorn_internals.py fails when a uvicorn upgrade moves any of it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 import uvloop
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+# What this module reads, calls or overrides that uvicorn does not document.
+PRIVATE_API: dict[str, tuple[str, ...]] = {
+    # attributes set by HttpToolsProtocol.__init__ / connection_made
+    "HttpToolsProtocol attributes": ("cycle", "connections", "server_state", "loop", "transport"),
+    # overridden, each calling uvicorn's own
+    "HttpToolsProtocol methods": ("connection_made", "data_received", "on_message_complete"),
+    # replaced for idle connections, called by uvicorn.Server on shutdown
+    "HttpToolsProtocol.shutdown": ("shutdown",),
+    "RequestResponseCycle attributes": ("keep_alive", "response_complete"),
+    # the cycle writes through the transport the protocol holds when the request's headers end
+    "on_headers_complete passes": ("transport=self.transport",),
+    # uvicorn.Server.startup: loop.create_server(..., ssl=config.ssl, ...), no handshake timeout
+    "Server.startup create_server keywords": ("ssl",),
+}
 
 
 class CoalescingTransport:
-    """The connection's transport, with the writes of one loop callback sent as one.
-
-    uvicorn writes a response's head and body separately: two TLS records and two write(2)
-    calls. Gathered until the callback ends, they go out as one (measured: about 13 µs less
-    server CPU per review).
-    """
+    """The connection's transport, with the writes of one loop callback sent as one."""
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
@@ -71,9 +89,11 @@ class WebhookHttpProtocol(HttpToolsProtocol):
         attributes = {"request_timeout": request_timeout, "drain_seconds": drain_seconds}
         return type("ConfiguredWebhookHttpProtocol", (cls,), attributes)
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self.transport = CoalescingTransport(transport, self.loop)  # type: ignore[assignment]
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        real = cast(asyncio.Transport, transport)
+        super().connection_made(real)  # flow control is built on the real transport
+        # an asyncio.Transport in all but name: what uvicorn calls on it is passed through
+        self.transport = cast(asyncio.Transport, CoalescingTransport(real, self.loop))
         self._started = self.loop.time()
         state = vars(self.server_state)
         if not state.get("deadline_sweeper"):
@@ -87,8 +107,9 @@ class WebhookHttpProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._started = None
-        if self._draining and self.cycle is not None:
-            self.cycle.keep_alive = False  # answered with Connection: close
+        cycle: RequestResponseCycle | None = self.cycle
+        if self._draining and cycle is not None:
+            cycle.keep_alive = False  # answered with Connection: close
         super().on_message_complete()
 
     def shutdown(self) -> None:
@@ -99,7 +120,8 @@ class WebhookHttpProtocol(HttpToolsProtocol):
         self.loop.call_later(self.drain_seconds, self._close_if_idle)
 
     def _idle(self) -> bool:
-        return self.cycle is None or self.cycle.response_complete
+        cycle: RequestResponseCycle | None = self.cycle
+        return cycle is None or cycle.response_complete
 
     def _sweep(self) -> None:
         """Once a second, for every connection: a timestamp check per connection, no timer per
@@ -120,14 +142,17 @@ class WebhookHttpProtocol(HttpToolsProtocol):
 
 
 class WebhookLoop(uvloop.Loop):
-    """uvloop with a TLS handshake deadline (uvicorn passes none, and uvloop waits 60 s)."""
+    """uvloop with a TLS handshake deadline. Named by `Config(loop="module:WebhookLoop")`, the
+    public way to give uvicorn a loop factory."""
 
     handshake_timeout: float = 10.0
 
+    # Why the override is ignored by mypy: asyncio's stub says create_server returns asyncio.Server;
+    # uvloop's own stub (and its Cython class) returns a uvloop Server, an AbstractServer that
+    # is not an asyncio.Server. The signature is uvloop's, passed through unchanged.
     async def create_server(  # type: ignore[override]
         self, *args: Any, **kwargs: Any
     ) -> asyncio.AbstractServer:
         if kwargs.get("ssl") is not None:
             kwargs.setdefault("ssl_handshake_timeout", self.handshake_timeout)
-        server: asyncio.AbstractServer = await super().create_server(*args, **kwargs)
-        return server
+        return await super().create_server(*args, **kwargs)

@@ -1,0 +1,1 @@
+"""Serving: the HTTPS boundary between the API server and the admission decision."""

@@ -1,0 +1,188 @@
+"""create_app(settings): the one ASGI application of the webhook.
+
+A FastAPI app that owns its lifecycle: its lifespan starts the certificate watcher and the review
+log flusher and stops them (flushing the log) at shutdown. /healthz, /readyz and /metrics are
+plain FastAPI routes. The admission paths are routes to the lean `AdmissionEndpoint`, and the app
+hands a request for one of them straight to its endpoint: FastAPI's middleware stack and router
+(telemetry, body-limit, exception and exit-stack layers, route matching) cost more per request
+than deciding a review does (bench/RESULTS.md). No API docs or OpenAPI schema: this port faces the
+API server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.routing import BaseRoute, Route
+from starlette.types import Receive, Scope, Send
+
+from webhook.admission.dispatch import Policy
+from webhook.catalog import load_catalog
+from webhook.catalog.tpu import TPU_RESOURCE
+from webhook.policy.decide import Options
+from webhook.serving.endpoint import AdmissionEndpoint
+from webhook.serving.metrics import Metrics
+from webhook.serving.reviewlog import ReviewLog
+from webhook.serving.tls import ServingTLS
+from webhook.settings import Settings
+
+# path -> (endpoint, mode)
+ADMISSION_ROUTES: dict[str, tuple[str, str]] = {
+    "/mutate": ("mutate", "enforce"),
+    "/mutate/warn": ("mutate", "warn"),
+    "/validate": ("validate", "enforce"),
+    "/validate/warn": ("validate", "warn"),
+}
+LOG_FLUSH_SECONDS = 0.25
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """What the app serves with, built once: tests and the benchmark reach it as `app.state`."""
+
+    settings: Settings
+    policy: Policy
+    tls: ServingTLS | None
+    metrics: Metrics
+    review_log: ReviewLog
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        problem = self.tls.problem() if self.tls is not None else ""
+        body: dict[str, Any] = {
+            "status": "not ready" if problem else "ok",
+            "certificate": not problem,
+            "catalog": len(self.policy.catalog.accelerators),
+        }
+        if problem:
+            body["reason"] = problem
+        return not problem, body
+
+
+class WebhookApp(FastAPI):
+    """FastAPI, with the admission routes answered by their endpoint directly."""
+
+    def __init__(self, admission: dict[str, AdmissionEndpoint], **kwargs: Any) -> None:
+        routes: list[BaseRoute] = [
+            Route(path, endpoint, include_in_schema=False) for path, endpoint in admission.items()
+        ]
+        super().__init__(routes=routes, **kwargs)
+        self.admission = admission
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            endpoint = self.admission.get(scope["path"])
+            if endpoint is not None:
+                await endpoint(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
+def create_app(settings: Settings, tls: ServingTLS | None = None) -> WebhookApp:
+    """Everything built once: catalog, derived tables, metrics. Raises CatalogError."""
+    catalog = load_catalog(settings.catalog)
+    copy = (TPU_RESOURCE, "cpu", "memory") if settings.copy_cpu_memory_limits else (TPU_RESOURCE,)
+    options = Options(
+        copy_resources=copy,
+        inject_worker_env=settings.inject_worker_env,
+        inject_megascale=settings.inject_megascale,
+    )
+    webhook = Webhook(
+        settings=settings,
+        policy=Policy(catalog, options),
+        tls=tls,
+        metrics=Metrics(),
+        review_log=ReviewLog(enabled=settings.log_level in ("debug", "info")),
+    )
+    if tls is not None and tls.not_after is not None:
+        webhook.metrics.cert_expiry = tls.not_after.timestamp()
+    admission = {
+        path: _endpoint(webhook, endpoint, mode)
+        for path, (endpoint, mode) in ADMISSION_ROUTES.items()
+    }
+    app = WebhookApp(
+        admission,
+        title="tpu-webhook",
+        version=_version(),
+        lifespan=_lifespan(webhook),
+        redirect_slashes=False,  # /mutate/ is not /mutate: a 404, never a redirect
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.state.webhook = webhook
+    _add_management_routes(app, webhook)
+    return app
+
+
+def _endpoint(webhook: Webhook, endpoint: str, mode: str) -> AdmissionEndpoint:
+    return AdmissionEndpoint(
+        endpoint,
+        mode,
+        webhook.policy,
+        webhook.metrics,
+        webhook.review_log,
+        webhook.settings.max_body_bytes,
+    )
+
+
+def _lifespan(webhook: Webhook) -> Any:
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        tasks = [asyncio.create_task(_flush_review_log(webhook.review_log))]
+        if webhook.tls is not None:
+            tasks.append(asyncio.create_task(_watch_certificates(webhook)))
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            webhook.review_log.flush()
+
+    return lifespan
+
+
+def _add_management_routes(app: FastAPI, webhook: Webhook) -> None:
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz(response: Response) -> dict[str, Any]:
+        ready, body = webhook.readiness()
+        response.status_code = 200 if ready else 503
+        return body
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        data = generate_latest(webhook.metrics.registry)
+        return Response(data, media_type=CONTENT_TYPE_LATEST)
+
+
+async def _flush_review_log(review_log: ReviewLog) -> None:
+    while True:
+        await asyncio.sleep(LOG_FLUSH_SECONDS)
+        review_log.flush()
+
+
+async def _watch_certificates(webhook: Webhook) -> None:
+    assert webhook.tls is not None
+    while True:
+        await asyncio.sleep(webhook.settings.cert_reload_seconds)
+        if webhook.tls.reload_if_changed() and webhook.tls.not_after is not None:
+            webhook.metrics.cert_expiry = webhook.tls.not_after.timestamp()
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tpu-webhook")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0+unknown"

@@ -1,0 +1,161 @@
+"""The admission endpoint: a lean ASGI callable mounted by the app at each admission path.
+
+Raw body, msgspec and orjson: no framework work per review (no Request object, no validation
+of a model, no JSON encoder of the framework). Every outcome is an HTTP answer with a JSON body:
+a review (200), a malformed request (400, 405, 413) or our own bug (500); the chart's
+failurePolicy decides what the API server makes of a non-200.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from webhook.admission.dispatch import Policy, review_request
+from webhook.admission.responses import build_response, in_mode, outcome
+from webhook.admission.review import Request, ReviewError, parse_review_prefiltered
+from webhook.policy.decide import ALLOW, Verdict
+from webhook.serving.metrics import Metrics
+from webhook.serving.reviewlog import ReviewLine, ReviewLog
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+log = logging.getLogger("tpu_webhook.review")
+
+_JSON = [(b"content-type", b"application/json")]
+
+
+class HTTPProblem(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionEndpoint:
+    """POST <path>: one AdmissionReview in, one out. `?mode=warn` selects warn mode too."""
+
+    endpoint: str  # "mutate" | "validate"
+    mode: str  # "enforce" | "warn"
+    policy: Policy
+    metrics: Metrics
+    review_log: ReviewLog
+    max_body_bytes: int
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "POST":
+            await _respond(send, 405, _error("admission reviews are sent with POST"))
+            return
+        mode = "warn" if scope.get("query_string") == b"mode=warn" else self.mode
+        started = time.perf_counter()
+        metrics = self.metrics
+        metrics.in_flight += 1
+        request: Request | None = None
+        answered: Verdict | None = None
+        try:
+            body = await _read_body(scope, receive, self.max_body_bytes)
+            api_version, request, may_be_tpu = parse_review_prefiltered(body)
+            verdict = review_request(request, self.endpoint, self.policy) if may_be_tpu else ALLOW
+            payload = build_response(api_version, request.uid, verdict, mode)
+            answered = in_mode(verdict, mode)
+            status, data, result = 200, orjson.dumps(payload), outcome(answered)
+        except HTTPProblem as problem:
+            status, data, result = problem.status, _error(str(problem)), "invalid"
+        except ReviewError as error:
+            status, data, result = 400, _error(str(error)), "invalid"
+        except Exception:
+            uid = request.uid if request is not None else ""
+            log.exception("internal error answering review uid=%s", uid)
+            status, data, result = 500, _error("internal error; see the webhook log"), "error"
+        finally:
+            metrics.in_flight -= 1
+        await _respond(send, status, data)
+        seconds = time.perf_counter() - started
+        kind = request.kind.kind if request is not None else ""
+        operation = request.operation if request is not None else ""
+        metrics.observe(self.endpoint, kind, operation, result, answered, seconds)
+        if request is not None and self.review_log.enabled:
+            self.review_log.write(
+                _log_line(request, self.endpoint, mode, answered, result, seconds)
+            )
+
+
+async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
+    content_type = b""
+    for name, value in scope.get("headers", ()):
+        if name == b"content-type":
+            content_type = value
+        elif name == b"content-length" and value.isdigit() and int(value) > limit:
+            raise HTTPProblem(413, f"request body larger than {limit} bytes")
+    if (
+        content_type != b"application/json"  # as the API server sends it
+        and content_type.split(b";", 1)[0].strip().lower() != b"application/json"
+    ):
+        raise HTTPProblem(400, "content type must be application/json")
+    message = await receive()
+    if message["type"] == "http.request" and not message.get("more_body", False):
+        body: bytes = message.get("body", b"")  # the whole review at once, as the API server sends
+        if len(body) > limit:
+            raise HTTPProblem(413, f"request body larger than {limit} bytes")
+        return body
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        if message["type"] == "http.disconnect":
+            raise HTTPProblem(400, "client disconnected")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise HTTPProblem(413, f"request body larger than {limit} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+        message = await receive()
+
+
+async def _respond(send: Send, status: int, data: bytes) -> None:
+    headers = [*_JSON, (b"content-length", b"%d" % len(data))]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
+
+
+def _error(message: str) -> bytes:
+    return orjson.dumps({"error": message})
+
+
+def _log_line(
+    request: Request,
+    endpoint: str,
+    mode: str,
+    answered: Verdict | None,
+    result: str,
+    seconds: float,
+) -> ReviewLine:
+    obj = request.object if isinstance(request.object, dict) else {}
+    raw_meta = obj.get("metadata")
+    meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
+    name = request.name or meta.get("name") or meta.get("generateName") or ""
+    return ReviewLine(
+        ts=int(time.time() * 1000) / 1000,
+        uid=request.uid[:64],
+        endpoint=endpoint,
+        mode=mode,
+        kind=request.kind.kind[:64],
+        namespace=request.namespace[:64],
+        name=name[:253] if isinstance(name, str) else "",
+        operation=request.operation[:16],
+        outcome=result,
+        allowed=result != "denied",
+        rules=answered.codes if answered else [],
+        patch_ops=len(answered.patch) if answered else 0,
+        dry_run=bool(request.dry_run),
+        duration_ms=int(seconds * 1_000_000) / 1000,
+    )
