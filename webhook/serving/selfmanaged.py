@@ -267,19 +267,21 @@ class SecretCertificates:
         for _ in range(MAX_WRITES):
             secret = self.api.read_secret(self.target.namespace, self.target.secret)
             read_at = time.monotonic()
-            stored = _stored(secret)
+            stored = stored_of(secret)
             trusted = self._publish(stored, read_at)
             change = next_change(stored, trusted, dt.datetime.now(dt.UTC), self.plan)
             if change is None:
                 return stored, trusted
             try:
-                self._write(secret, change)
+                self.write(secret, change)
             except Conflict:
                 self.conflicts += 1
                 log.info("certificates: %s changed since read; adopting it", self.target.where)
         return stored, trusted
 
-    def _write(self, secret: Mapping[str, Any], change: Change) -> None:
+    def write(self, secret: Mapping[str, Any], change: Change) -> None:
+        """Patch the Secret as `change` says, if it is still the version `secret` was read at
+        (Conflict otherwise)."""
         metadata = secret.get("metadata", {})
         old = secret.get("data") or {}
         data = {k: _b64(v) if v else None for k, v in change.data.items()}
@@ -340,7 +342,8 @@ class SecretCertificates:
         self.error = error
 
 
-def _stored(secret: Mapping[str, Any]) -> Stored:
+def stored_of(secret: Mapping[str, Any]) -> Stored:
+    """The Secret as the API returns it (base64 data), parsed."""
     data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
     return read_secret(data, secret.get("metadata", {}).get("annotations") or {})
 
