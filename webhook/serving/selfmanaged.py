@@ -22,18 +22,14 @@ import base64
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import orjson
 from cryptography import x509
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
 
 from webhook.certs import make_ca, service_names
+from webhook.serving.kubeapi import MUTATING, VALIDATING, ApiError, Conflict, KubeApi
 from webhook.serving.rotation import (
     Change,
     Plan,
@@ -48,90 +44,7 @@ from webhook.settings import Settings
 
 log = logging.getLogger("tpu_webhook.certificates")
 
-FIELD_MANAGER = "tpu-webhook"
-MUTATING, VALIDATING = "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"
-TIMEOUT = (5.0, 10.0)  # seconds to connect, to read
 MAX_WRITES = 6  # Secret writes one pass may make (a renewal's steps that need no waiting)
-
-
-class ApiError(Exception):
-    """A Kubernetes API call failed; the message is the API server's."""
-
-    def __init__(self, message: str, status: int = 0) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class Conflict(ApiError):
-    """The object changed since it was read (409): someone else wrote first."""
-
-
-class KubeApi:
-    """The few calls this mode makes, on JSON: reads skip the client's models (so fields a newer
-    API server adds survive) and writes are patches conditional on the resourceVersion read."""
-
-    def __init__(self, api_client: k8s.ApiClient) -> None:
-        self.core = k8s.CoreV1Api(api_client)
-        self.admission = k8s.AdmissionregistrationV1Api(api_client)
-
-    @classmethod
-    def connect(cls, kubeconfig: Path | None) -> KubeApi:
-        """In-cluster (the Pod's ServiceAccount token), or the given kubeconfig."""
-        if kubeconfig is not None:
-            client = k8s_config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
-            return cls(client)
-        configuration = k8s.Configuration()
-        k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        return cls(k8s.ApiClient(configuration))
-
-    def read_secret(self, namespace: str, name: str) -> dict[str, Any]:
-        return _json(self.core.read_namespaced_secret, name, namespace)
-
-    def patch_secret(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        _json(self.core.patch_namespaced_secret, name, namespace, **_patch(patch, "merge"))
-
-    def read_configuration(self, kind: str, name: str) -> dict[str, Any] | None:
-        """The configuration, or None when there is none of that name."""
-        read = {
-            MUTATING: self.admission.read_mutating_webhook_configuration,
-            VALIDATING: self.admission.read_validating_webhook_configuration,
-        }[kind]
-        try:
-            return _json(read, name)
-        except ApiError as error:
-            if error.status == 404:
-                return None
-            raise
-
-    def patch_configuration(self, kind: str, name: str, patch: Mapping[str, Any]) -> None:
-        write = {
-            MUTATING: self.admission.patch_mutating_webhook_configuration,
-            VALIDATING: self.admission.patch_validating_webhook_configuration,
-        }[kind]
-        _json(write, name, **_patch(patch, "strategic-merge"))
-
-
-def _patch(body: Mapping[str, Any], kind: str) -> dict[str, Any]:
-    content_type = f"application/{kind}-patch+json"
-    return {"body": body, "_content_type": content_type, "field_manager": FIELD_MANAGER}
-
-
-def _json(request: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
-    """Call the client's method without its models: the response as parsed JSON."""
-    try:
-        response = request(*args, _preload_content=False, _request_timeout=TIMEOUT, **kwargs)
-    except ApiException as error:
-        raise _api_error(error) from None
-    return dict(orjson.loads(response.data))
-
-
-def _api_error(error: ApiException) -> ApiError:
-    try:
-        message = str(orjson.loads(error.body or b"{}").get("message") or error.reason)
-    except orjson.JSONDecodeError:
-        message = str(error.reason)
-    status = int(error.status or 0)
-    return (Conflict if status == 409 else ApiError)(f"{status}: {message}", status)
 
 
 @dataclass(frozen=True)
