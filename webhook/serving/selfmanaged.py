@@ -126,10 +126,15 @@ class SecretCertificates:
     # ------------------------------------------------------------- the CertificateSource
 
     async def run(self) -> None:
+        """A pass every sync_seconds, the first at once; a bug in one is logged and the next
+        pass comes (readiness turns 503 if they keep failing)."""
         while True:
-            serve = await asyncio.to_thread(self.sync)
-            if serve is not None:
-                self.serve(serve)
+            try:
+                serve = await asyncio.to_thread(self.sync)
+                if serve is not None:
+                    self.serve(serve)
+            except Exception:
+                log.exception("certificates: the pass failed")
             await asyncio.sleep(self.sync_seconds)
 
     def problem(self) -> str:
