@@ -35,10 +35,13 @@ def service_names(service: str, namespace: str) -> list[str]:
     return [service, base, f"{base}.svc", f"{base}.svc.cluster.local"]
 
 
-def make_ca(common_name: str = "tpu-webhook-ca", days: int = 3650) -> KeyPair:
+def make_ca(
+    common_name: str = "tpu-webhook-ca", days: float = 3650, now: dt.datetime | None = None
+) -> KeyPair:
+    """A self-signed CA valid from `now` (default: the clock; backdated 5 minutes) for `days`."""
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    now = dt.datetime.now(dt.UTC)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name[:64])])
+    now = now or dt.datetime.now(dt.UTC)
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -72,10 +75,12 @@ def make_serving_cert(
     ca: KeyPair,
     dns_names: Iterable[str],
     ips: Iterable[str] = (),
-    days: int = 365,
+    days: float = 365,
     client: bool = False,
+    now: dt.datetime | None = None,
 ) -> KeyPair:
-    """A leaf signed by `ca` for the given names (server auth; client auth too if asked)."""
+    """A leaf signed by `ca` for the given names (server auth; client auth too if asked), valid
+    from `now` (default: the clock; backdated 5 minutes) for `days`."""
     names = list(dict.fromkeys(dns_names))
     addresses = [ipaddress.ip_address(ip) for ip in dict.fromkeys(ips)]
     ca_cert = ca.certificate
@@ -83,7 +88,7 @@ def make_serving_cert(
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise ValueError("the CA key must be an EC key made by make_ca()")
     key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.UTC)
+    now = now or dt.datetime.now(dt.UTC)
     usages = [ExtendedKeyUsageOID.CLIENT_AUTH] if client else [ExtendedKeyUsageOID.SERVER_AUTH]
     sans: list[x509.GeneralName] = [x509.DNSName(n) for n in names]
     sans += [x509.IPAddress(a) for a in addresses]

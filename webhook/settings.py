@@ -42,9 +42,36 @@ class Settings(BaseSettings):
     # On SIGTERM idle keep-alive connections stay open this long to answer a request in flight.
     shutdown_drain_seconds: float = Field(default=2.0, ge=0)
     print_webhook_configs: bool = True
+    # selfManaged certificates (the chart's certificates.mode=selfManaged): the server keeps its
+    # CA and serving certificate in this Secret and the caBundle of the named configurations
+    # current through the Kubernetes API (webhook/serving/selfmanaged.py). Empty: files.
+    cert_secret: str = ""
+    cert_secret_namespace: str = ""
+    cert_service: str = ""  # the Service the API server calls: the certificate's DNS names
+    cert_mutating_configuration: str = ""
+    cert_validating_configuration: str = ""
+    cert_ca_validity_days: float = Field(default=365, gt=0)
+    cert_validity_days: float = Field(default=90, gt=0)
+    cert_sync_seconds: float = Field(default=10, gt=0)
+    # A new CA is in both caBundles this long before a certificate from it is served.
+    cert_propagation_seconds: float = Field(default=60, ge=0)
+    # Older CAs stay in the caBundles this long after the new certificate is issued.
+    cert_overlap_seconds: float = Field(default=600, ge=0)
+    # The identity that calls the Kubernetes API out of a cluster; in a Pod, its ServiceAccount.
+    kubeconfig: Path | None = None
 
     @model_validator(mode="after")
     def _cert_and_key_together(self) -> Settings:
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("tls_cert_file and tls_key_file go together")
+        return self
+
+    @model_validator(mode="after")
+    def _self_managed_complete(self) -> Settings:
+        if not self.cert_secret:
+            return self
+        if self.tls_cert_file is not None:
+            raise ValueError("cert_secret (selfManaged certificates) excludes tls_cert_file")
+        if not (self.cert_secret_namespace and self.cert_service):
+            raise ValueError("cert_secret needs cert_secret_namespace and cert_service")
         return self

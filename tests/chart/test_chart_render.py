@@ -204,11 +204,14 @@ def test_ci_values_file_renders_both_webhook_configurations(
 
 
 def test_there_is_a_ci_file_per_certificate_mode_and_for_url_and_monitoring() -> None:
-    assert set(CI_IDS) >= {"default", "cert-manager", "existing-secret", "url", "monitoring"}
+    modes = {"default", "cert-manager", "existing-secret", "self-managed"}
+    assert set(CI_IDS) >= {*modes, "url", "monitoring"}
 
 
 RBAC = {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
-NO_POD_MONITORING = [(p, i) for p, i in zip(CI_FILES, CI_IDS, strict=True) if i != "monitoring"]
+# selfManaged certificates need RBAC of their own (tests/chart/test_chart_self_managed.py).
+NO_API_USE = {"monitoring", "self-managed"}
+NO_POD_MONITORING = [(p, i) for p, i in zip(CI_FILES, CI_IDS, strict=True) if i not in NO_API_USE]
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from dev.controlplane import SERVICE_CLUSTER_IP_RANGE
+
 NODE_NAME = "tpu-e2e-node"
 TPU_LABELS = {
     "cloud.google.com/gke-tpu-accelerator": "tpu-v4-podslice",
@@ -105,6 +107,10 @@ def cni_config(ipam_dir: Path) -> dict[str, Any]:
                 "ipam": {
                     "type": "host-local",
                     "ranges": [[{"subnet": POD_SUBNET}]],
+                    # Service addresses go to the node (the bridge), as a cluster's Pods send
+                    # them to kube-proxy's rules; tests/support/kubernetes_service.py answers
+                    # the `kubernetes` Service there.
+                    "routes": [{"dst": SERVICE_CLUSTER_IP_RANGE}],
                     "dataDir": str(ipam_dir),
                 },
             }

@@ -62,6 +62,12 @@ def node_figures(request: pytest.FixtureRequest) -> dict[str, str]:
     return _figures_of(request.config, "one-node cluster")
 
 
+@pytest.fixture(scope="session")
+def certificate_figures(request: pytest.FixtureRequest) -> dict[str, str]:
+    """Figures of the selfManaged certificate mode (start-up, renewals, create loops)."""
+    return _figures_of(request.config, "selfManaged certificates")
+
+
 @pytest.fixture(scope="module")
 def cluster_node(
     request: pytest.FixtureRequest, built_image: BuiltImage, node_figures: dict[str, str]

@@ -29,7 +29,7 @@ from webhook.policy.decide import Options
 from webhook.serving.endpoint import AdmissionEndpoint
 from webhook.serving.metrics import Metrics
 from webhook.serving.reviewlog import ReviewLog
-from webhook.serving.tls import ServingTLS
+from webhook.serving.tls import CertificateSource, ServingTLS
 from webhook.settings import Settings
 
 # path -> (endpoint, mode)
@@ -51,9 +51,11 @@ class Webhook:
     tls: ServingTLS | None
     metrics: Metrics
     review_log: ReviewLog
+    source: CertificateSource | None = None  # None: the certificate files are watched
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
-        problem = self.tls.problem() if self.tls is not None else ""
+        problem = self.source.problem() if self.source is not None else ""
+        problem = problem or (self.tls.problem() if self.tls is not None else "")
         body: dict[str, Any] = {
             "status": "not ready" if problem else "ok",
             "certificate": not problem,
@@ -83,8 +85,12 @@ class WebhookApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
-def create_app(settings: Settings, tls: ServingTLS | None = None) -> WebhookApp:
-    """Everything built once: catalog, derived tables, metrics. Raises CatalogError."""
+def create_app(
+    settings: Settings, tls: ServingTLS | None = None, source: CertificateSource | None = None
+) -> WebhookApp:
+    """Everything built once: catalog, derived tables, metrics. Raises CatalogError.
+
+    `source` keeps `tls` current instead of the file watcher (the selfManaged mode)."""
     catalog = load_catalog(settings.catalog)
     copy = (TPU_RESOURCE, "cpu", "memory") if settings.copy_cpu_memory_limits else (TPU_RESOURCE,)
     options = Options(
@@ -98,6 +104,7 @@ def create_app(settings: Settings, tls: ServingTLS | None = None) -> WebhookApp:
         tls=tls,
         metrics=Metrics(),
         review_log=ReviewLog(enabled=settings.log_level in ("debug", "info")),
+        source=source,
     )
     if tls is not None and tls.not_after is not None:
         webhook.metrics.cert_expiry = tls.not_after.timestamp()
@@ -135,7 +142,9 @@ def _lifespan(webhook: Webhook) -> Any:
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         tasks = [asyncio.create_task(_flush_review_log(webhook.review_log))]
-        if webhook.tls is not None:
+        if webhook.source is not None:
+            tasks.append(asyncio.create_task(webhook.source.run()))
+        elif webhook.tls is not None:
             tasks.append(asyncio.create_task(_watch_certificates(webhook)))
         try:
             yield
@@ -161,6 +170,8 @@ def _add_management_routes(app: FastAPI, webhook: Webhook) -> None:
 
     @app.get("/metrics")
     async def metrics() -> Response:
+        if webhook.tls is not None and webhook.tls.not_after is not None:
+            webhook.metrics.cert_expiry = webhook.tls.not_after.timestamp()
         data = generate_latest(webhook.metrics.registry)
         return Response(data, media_type=CONTENT_TYPE_LATEST)
 

@@ -23,7 +23,7 @@ from webhook.certs import CA_FILE, CERT_FILE, KEY_FILE, ensure_dev_certs
 from webhook.registration import development_configurations
 from webhook.serving.app import create_app
 from webhook.serving.protocol import WebhookHttpProtocol, WebhookLoop
-from webhook.serving.tls import ServingTLS
+from webhook.serving.tls import CertificateSource, ServingTLS
 from webhook.settings import Settings
 
 log = logging.getLogger("tpu_webhook.server")
@@ -73,14 +73,22 @@ def resolve_certificates(settings: Settings) -> tuple[Path, Path, Path | None]:
 
 def serve(settings: Settings) -> int:
     configure_logging(settings.log_level)
-    cert, key, dev_ca = resolve_certificates(settings)
-    tls = ServingTLS(
-        cert,
-        key,
-        settings.client_ca_file,
-        failing_grace_seconds=settings.cert_reload_failing_seconds,
-    )
-    app = create_app(settings, tls)
+    cert: Path | None = None
+    key: Path | None = None
+    dev_ca: Path | None = None
+    source: CertificateSource | None = None
+    if settings.cert_secret:  # selfManaged: the certificate comes from a Secret, into memory
+        tls = ServingTLS(None, None, settings.client_ca_file)
+        source = _self_managed(settings, tls)
+    else:
+        cert, key, dev_ca = resolve_certificates(settings)
+        tls = ServingTLS(
+            cert,
+            key,
+            settings.client_ca_file,
+            failing_grace_seconds=settings.cert_reload_failing_seconds,
+        )
+    app = create_app(settings, tls, source)
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -95,8 +103,10 @@ def serve(settings: Settings) -> int:
         server_header=False,
         timeout_keep_alive=settings.keep_alive_seconds,
         timeout_graceful_shutdown=settings.graceful_shutdown_seconds,
-        ssl_certfile=str(cert),  # uvicorn serves TLS when a certificate is named; the context
-        ssl_keyfile=str(key),  # itself is ours: TLS 1.2+, modern ciphers, reloaded in place
+        # The TLS context is ours (TLS 1.2+, modern ciphers, reloaded in place): the factory
+        # returns it; the files are what uvicorn's own factory would load (never called).
+        ssl_certfile=None if cert is None else str(cert),
+        ssl_keyfile=None if key is None else str(key),
         ssl_context_factory=_context_of(tls),
     )
     WebhookLoop.handshake_timeout = settings.request_timeout_seconds  # before any loop exists
@@ -115,6 +125,13 @@ def serve(settings: Settings) -> int:
     log.info("serving on https://%s:%s", settings.host, port)
     server.run(sockets=[sock])
     return 0 if server.started else 1
+
+
+def _self_managed(settings: Settings, tls: ServingTLS) -> CertificateSource:
+    """The selfManaged mode's source; imported here so other modes never load `kubernetes`."""
+    from webhook.serving.selfmanaged import SecretCertificates
+
+    return SecretCertificates.from_settings(settings, tls)
 
 
 def _context_of(

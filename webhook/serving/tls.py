@@ -1,4 +1,5 @@
-"""The serving TLS context: TLS 1.2+, modern ciphers, reloaded when the files change on disk.
+"""The serving TLS context: TLS 1.2+, modern ciphers, reloaded when the files change on disk
+(or, without files, loaded from memory by a `CertificateSource`).
 
 `ssl.SSLContext.load_cert_chain` on the live context swaps the certificate for new handshakes;
 connections already open keep theirs, so a rotation never fails a request in flight.
@@ -21,6 +22,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from cryptography import x509
 
@@ -30,10 +32,21 @@ log = logging.getLogger("tpu_webhook.tls")
 CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 
 
+class CertificateSource(Protocol):
+    """Where the served certificate comes from when it is not a pair of mounted files (the
+    selfManaged mode's Secret): it keeps a `ServingTLS` current and has its say in readiness."""
+
+    async def run(self) -> None:
+        """Keep the certificate current until cancelled (the app's lifespan runs it)."""
+
+    def problem(self) -> str:
+        """Why the server is not fit to serve ("" when it is), as /readyz reports it."""
+
+
 @dataclass
 class ServingTLS:
-    cert_file: Path
-    key_file: Path
+    cert_file: Path | None  # None: nothing is loaded until `load_pem` (a CertificateSource)
+    key_file: Path | None
     client_ca_file: Path | None = None
     failing_grace_seconds: float = 60.0
     context: ssl.SSLContext = field(init=False)
@@ -52,7 +65,8 @@ class ServingTLS:
             context.load_verify_locations(cafile=str(self.client_ca_file))
             context.verify_mode = ssl.CERT_REQUIRED
         self.context = context
-        self._load(*self._read())
+        if self.cert_file is not None:
+            self._load(*self._read())
 
     @property
     def loaded(self) -> bool:
@@ -94,6 +108,24 @@ class ServingTLS:
         log.info("serving certificate reloaded, valid until %s", self.not_after)
         return True
 
+    def load_pem(self, cert: bytes, key: bytes) -> bool:
+        """Serve this pair from now on (True), or keep serving it (False: the same pair).
+
+        Raises ssl.SSLError or ValueError, keeping the current pair, when it is not usable.
+        """
+        if hashlib.sha256(cert + key).digest() == self._fingerprint:
+            return False
+        self._load(cert, key)
+        self.reloads += 1
+        log.info("serving certificate loaded, valid until %s", self.not_after)
+        return True
+
+    def load_placeholder(self, cert: bytes, key: bytes) -> None:
+        """Answer TLS handshakes (the kubelet's probes) with a throwaway pair until a real one is
+        loaded; it does not count as loaded, so readiness still reports what is missing."""
+        with _in_memory(cert) as cert_path, _in_memory(key) as key_path:
+            self.context.load_cert_chain(cert_path, key_path)
+
     def _failed(self, error: str) -> None:
         log.warning("%s; keeping the current ones", error)
         self.last_error = error
@@ -101,6 +133,8 @@ class ServingTLS:
             self.failing_since = time.monotonic()
 
     def _read(self) -> tuple[bytes, bytes]:
+        if self.cert_file is None or self.key_file is None:
+            raise OSError("no certificate files: the certificate comes from a CertificateSource")
         return self.cert_file.read_bytes(), self.key_file.read_bytes()
 
     def _load(self, cert: bytes, key: bytes) -> None:

@@ -108,9 +108,16 @@ Container resources: a memory request or limit left out is 128Mi / 256Mi (one se
 {{- define "tpu-webhook.tlsSecretName" -}}
 {{- if eq .Values.certificates.mode "existingSecret" }}
 {{- required "certificates.existingSecret.name is required when certificates.mode is existingSecret" .Values.certificates.existingSecret.name }}
+{{- else if eq .Values.certificates.mode "selfManaged" }}
+{{- default (printf "%s-certs" (include "tpu-webhook.fullname" .)) .Values.certificates.secretName }}
 {{- else }}
 {{- default (printf "%s-tls" (include "tpu-webhook.fullname" .)) .Values.certificates.secretName }}
 {{- end }}
+{{- end }}
+
+{{/* Whether the server keeps its own certificates through the Kubernetes API. */}}
+{{- define "tpu-webhook.selfManaged" -}}
+{{- if and (eq .Values.certificates.mode "selfManaged") .Values.deployment.enabled }}true{{ end }}
 {{- end }}
 
 {{/* cert-manager serving Certificate name (the target of cert-manager.io/inject-ca-from). */}}

@@ -1,0 +1,116 @@
+"""The few Kubernetes API calls of the selfManaged certificate mode, with the `kubernetes` client.
+
+The client's configuration, authentication (the ServiceAccount token, re-read as the kubelet
+rotates it), TLS and transport, on the API paths of the three objects: its generated API classes
+are not imported (`CoreV1Api` alone takes 1.7 s to import: hundreds of models), and reads return
+the object as JSON, so fields a newer API server adds survive. Writes are patches that carry the
+resourceVersion read: the API server refuses them (409) when the object changed since, which is
+how several replicas take turns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+FIELD_MANAGER = "tpu-webhook"
+MUTATING, VALIDATING = "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"
+TIMEOUT = (5.0, 10.0)  # seconds to connect, to read
+SECRET = "/api/v1/namespaces/{namespace}/secrets/{name}"
+CONFIGURATIONS = {
+    MUTATING: "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{name}",
+    VALIDATING: "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}",
+}
+
+
+class ApiError(Exception):
+    """A Kubernetes API call failed; the message is the API server's."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Conflict(ApiError):
+    """The object changed since it was read (409): someone else wrote first."""
+
+
+class KubeApi:
+    """Read and patch the Secret and the two webhook configurations."""
+
+    def __init__(self, api_client: k8s.ApiClient) -> None:
+        self.client = api_client
+
+    @classmethod
+    def connect(cls, kubeconfig: Path | None) -> KubeApi:
+        """In-cluster (the Pod's ServiceAccount token), or the given kubeconfig."""
+        if kubeconfig is not None:
+            client = k8s_config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+            return cls(client)
+        configuration = k8s.Configuration()
+        k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        return cls(k8s.ApiClient(configuration))
+
+    def read_secret(self, namespace: str, name: str) -> dict[str, Any]:
+        return self._call("GET", SECRET, namespace=namespace, name=name)
+
+    def patch_secret(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        merge = "application/merge-patch+json"
+        self._call("PATCH", SECRET, patch, merge, namespace=namespace, name=name)
+
+    def read_configuration(self, kind: str, name: str) -> dict[str, Any] | None:
+        """The configuration, or None when there is none of that name."""
+        try:
+            return self._call("GET", CONFIGURATIONS[kind], name=name)
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def patch_configuration(self, kind: str, name: str, patch: Mapping[str, Any]) -> None:
+        strategic = "application/strategic-merge-patch+json"  # webhooks merge by name
+        self._call("PATCH", CONFIGURATIONS[kind], patch, strategic, name=name)
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        content_type: str = "",
+        **names: str,
+    ) -> dict[str, Any]:
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        request = self.client.param_serialize(
+            method=method,
+            resource_path=path,
+            path_params=names,
+            query_params=[("fieldManager", FIELD_MANAGER)] if body is not None else [],
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self.client.call_api(*request, _request_timeout=TIMEOUT)
+        except ApiException as error:
+            raise _api_error(int(error.status or 0), error.body, error.reason) from None
+        data = response.read()  # type: ignore[no-untyped-call]
+        if not 200 <= response.status <= 299:
+            raise _api_error(response.status, data, response.reason)
+        return dict(orjson.loads(data))
+
+
+def _api_error(status: int, body: bytes | str | None, reason: str | None) -> ApiError:
+    """The API server's message (its Status object's), as ApiError or Conflict."""
+    try:
+        message = str(orjson.loads(body or b"{}").get("message") or reason)
+    except (orjson.JSONDecodeError, AttributeError):
+        message = str(reason)
+    return (Conflict if status == 409 else ApiError)(f"{status}: {message}", status)
