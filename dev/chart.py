@@ -7,13 +7,15 @@ base URL and CA of the server at hand), so what they show is what an install doe
 
 from __future__ import annotations
 
+import json
 import subprocess
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dev.controlplane import REPO_ROOT, tools_dir
+from dev.controlplane import REPO_ROOT, ControlPlane, tools_dir
 from webhook.manifests import objects_in
 
 CHART = REPO_ROOT / "charts" / "tpu-webhook"
@@ -66,3 +68,35 @@ def url_mode_configurations(
     if [c["kind"] for c in configurations] != list(WEBHOOK_KINDS):
         raise ChartError(f"helm template rendered {[o.get('kind') for o in rendered]}")
     return configurations
+
+
+# A TPU Pod only tpu-webhook refuses (v5e offers no 2x3): registration goes live asynchronously.
+CANARY = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "tpu-webhook-canary"},
+    "spec": {
+        "nodeSelector": {
+            "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+            "cloud.google.com/gke-tpu-topology": "2x3",
+        },
+        "containers": [{"name": "c", "image": "busybox"}],
+    },
+}
+
+
+def wait_until_live(
+    control_plane: ControlPlane, namespace: str = "default", timeout: float = 60, live: bool = True
+) -> bool:
+    """Dry-run the canary until tpu-webhook denies it (or, with `live=False`, until the API
+    server admits it without us); False when `timeout` passes first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = control_plane.kubectl(
+            "create", "--dry-run=server", "-n", namespace, "-f", "-", input=json.dumps(CANARY)
+        )
+        ours = "tpu.topology-invalid" in result.stderr or "offers 1x1" in result.stderr
+        if ours if live else result.returncode == 0:
+            return True
+        time.sleep(0.5)
+    return False

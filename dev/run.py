@@ -31,7 +31,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import FrameType
 
-from dev.chart import ChartError, url_mode_configurations
+from dev.chart import ChartError, url_mode_configurations, wait_until_live
 from dev.controlplane import (
     BUILD_SCRIPT,
     REPO_ROOT,
@@ -73,18 +73,6 @@ EXPECTED_SECONDS = {
 EXPECTED_OPERATOR_SECONDS = {"jobset": 140, "lws": 120, "kuberay": 120}
 OWNER_KINDS = "JobSet, LeaderWorkerSet and KubeRay (RayCluster, RayJob, RayService)"
 JOBSET_EXAMPLE = "v6e-multislice"  # examples/v6e-4x4-multislice-jobset.yaml
-CANARY = {
-    "apiVersion": "v1",
-    "kind": "Pod",
-    "metadata": {"name": "tpu-webhook-canary"},
-    "spec": {
-        "nodeSelector": {
-            "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
-            "cloud.google.com/gke-tpu-topology": "2x3",
-        },
-        "containers": [{"name": "c", "image": "busybox"}],
-    },
-}
 
 
 class Stopped(Exception):
@@ -366,15 +354,8 @@ def register(control_plane: ControlPlane, bin_dir: Path, port: int) -> None:
     configurations = url_mode_configurations(url, ca_pem, helm=bin_dir / "helm")
     manifest = "\n".join(json.dumps(c) for c in configurations)
     control_plane.kubectl("apply", "-f", "-", input=manifest, check=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # configurations go live asynchronously
-        canary = control_plane.kubectl(
-            "create", "--dry-run=server", "-f", "-", input=json.dumps(CANARY)
-        )
-        if "tpu.topology-invalid" in canary.stderr or "offers 1x1" in canary.stderr:
-            return
-        time.sleep(0.5)
-    raise RunError("the API server never called the webhook (60 s)")
+    if not wait_until_live(control_plane):  # configurations go live asynchronously
+        raise RunError("the API server never called the webhook (60 s)")
 
 
 # ----------------------------------------------------------------------------- talk

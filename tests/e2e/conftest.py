@@ -13,22 +13,9 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from dev.chart import url_mode_configurations
+from dev.chart import url_mode_configurations, wait_until_live
 from dev.controlplane import ControlPlane
 from tests.support.webhook_process import WebhookProcess, make_certs
-
-CANARY = {
-    "apiVersion": "v1",
-    "kind": "Pod",
-    "metadata": {"name": "tpu-webhook-canary"},
-    "spec": {
-        "nodeSelector": {
-            "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
-            "cloud.google.com/gke-tpu-topology": "2x3",
-        },
-        "containers": [{"name": "c", "image": "busybox"}],
-    },
-}
 
 
 @pytest.fixture(scope="package")
@@ -44,16 +31,8 @@ def wait_until_denied(
 ) -> None:
     """Configurations go live (and go away) asynchronously: dry-run a canary until our webhook
     denies it (or, with `denied=False`, until the API server admits it without us)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = control_plane.kubectl(
-            "create", "--dry-run=server", "-n", namespace, "-f", "-", input=json.dumps(CANARY)
-        )
-        ours = "tpu.topology-invalid" in result.stderr or "offers 1x1" in result.stderr
-        if ours if denied else result.returncode == 0:
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"the webhook configuration never went {'live' if denied else 'away'}")
+    if not wait_until_live(control_plane, namespace, timeout, live=denied):
+        raise AssertionError(f"the webhook configuration never went {'live' if denied else 'away'}")
 
 
 @pytest.fixture(scope="package")
