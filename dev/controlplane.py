@@ -31,7 +31,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
@@ -504,23 +504,10 @@ class ControlPlane(Started):
         return proc
 
     def _check_alive(self) -> None:
-        for name, proc in self._procs:
-            if proc.poll() is not None:
-                log = self.log_dir / f"{name}.log"
-                tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
-                raise ControlPlaneError(f"{name} exited with {proc.returncode}; log tail:\n{tail}")
+        check_alive(((n, p, self.log_dir / f"{n}.log") for n, p in self._procs), ControlPlaneError)
 
-    def _wait(self, what: str, deadline: float, probe: Any) -> None:
-        last: object = None
-        while time.monotonic() < deadline:
-            self._check_alive()
-            try:
-                if probe():
-                    return
-            except (OSError, urllib.error.URLError, ValueError) as exc:
-                last = exc
-            time.sleep(0.2)
-        raise ControlPlaneError(f"timed out waiting for {what} (last error: {last!r})")
+    def _wait(self, what: str, deadline: float, probe: Callable[[], Any]) -> None:
+        wait_until(what, deadline, probe, self._check_alive, ControlPlaneError)
 
     def _write(self, name: str, data: bytes, mode: int = 0o600) -> Path:
         path = self.workdir / "pki" / name
@@ -585,7 +572,7 @@ class ControlPlane(Started):
                 "--log-level=warn",
             ],
         )
-        self._wait("etcd /health", deadline, lambda: _http_ok(etcd_client + "/health"))
+        self._wait("etcd /health", deadline, lambda: http_ok(etcd_client + "/health"))
 
         # kube-apiserver.
         port = _free_port()
@@ -683,9 +670,45 @@ class ControlPlane(Started):
         self.kubeconfig.chmod(0o600)
 
 
-def _http_ok(url: str) -> bool:
+def http_ok(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2) as r:
             return int(r.status) == 200
     except urllib.error.HTTPError:
         return False
+
+
+def check_alive(
+    procs: Iterable[tuple[str, subprocess.Popen[bytes], Path]],
+    error: type[Exception],
+    lines: int = 30,
+) -> None:
+    """Raise `error`, with the tail of its log, for the first of (name, process, log) that
+    has exited."""
+    for name, proc, log in procs:
+        if proc.poll() is not None:
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+            raise error(f"{name} exited with {proc.returncode}; log tail:\n{tail}")
+
+
+def wait_until(
+    what: str,
+    deadline: float,
+    probe: Callable[[], Any],
+    alive: Callable[[], None],
+    error: type[Exception],
+    expected: tuple[type[Exception], ...] = (OSError, urllib.error.URLError, ValueError),
+) -> Any:
+    """`probe()`'s first true value before `deadline`, checking `alive()` in between; an
+    `expected` error counts as "not yet"."""
+    last: object = None
+    while time.monotonic() < deadline:
+        alive()
+        try:
+            value = probe()
+        except expected as exc:
+            last, value = exc, None
+        if value:
+            return value
+        time.sleep(0.2)
+    raise error(f"timed out waiting for {what} (last error: {last!r})")

@@ -36,8 +36,6 @@ import os
 import shutil
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +51,9 @@ from dev.controlplane import (
     _child_setup,
     _free_port,
     _stop_process,
+    check_alive,
+    http_ok,
+    wait_until,
 )
 
 OPERATORS_DIR = REPO_ROOT / "tests" / "tools" / "operators"
@@ -447,7 +448,7 @@ class Operators(Started):
                 starters[name](build)
             for run in self.running.values():
                 url = f"http://127.0.0.1:{run.health_port}/readyz"
-                self._wait(f"{run.name} /readyz", deadline, functools.partial(_http_ok, url))
+                self._wait(f"{run.name} /readyz", deadline, functools.partial(http_ok, url))
             if self.webhooks:
                 self._register_webhooks(deadline)
         except BaseException:
@@ -629,29 +630,8 @@ class Operators(Started):
 
     def check_alive(self) -> None:
         """Raise OperatorError, with its log tail, if a manager has exited."""
-        for run in self.running.values():
-            if run.proc.poll() is not None:
-                tail = "\n".join(run.log.read_text(errors="replace").splitlines()[-30:])
-                raise OperatorError(
-                    f"{run.name} exited with {run.proc.returncode}; log tail:\n{tail}"
-                )
+        runs = self.running.values()
+        check_alive(((r.name, r.proc, r.log) for r in runs), OperatorError)
 
     def _wait(self, what: str, deadline: float, probe: Callable[[], bool]) -> None:
-        last: object = None
-        while time.monotonic() < deadline:
-            self.check_alive()
-            try:
-                if probe():
-                    return
-            except (OSError, urllib.error.URLError, ValueError) as exc:
-                last = exc
-            time.sleep(0.2)
-        raise OperatorError(f"timed out waiting for {what} (last error: {last!r})")
-
-
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return int(r.status) == 200
-    except urllib.error.HTTPError:
-        return False
+        wait_until(what, deadline, probe, self.check_alive, OperatorError)

@@ -57,6 +57,8 @@ from dev.controlplane import (
     _child_setup,
     _free_port,
     _stop_process,
+    check_alive,
+    wait_until,
 )
 from tests.support.node_cleanup import clean_up, machine_state
 from tests.support.node_config import (
@@ -248,18 +250,9 @@ class ClusterNode(Started):
         )  # fmt: skip
 
     def wait_for(self, what: str, probe: Callable[[], Any], timeout: float = 60) -> Any:
+        expected = (subprocess.SubprocessError, ValueError, KeyError)
         deadline = time.monotonic() + timeout
-        last: object = None
-        while time.monotonic() < deadline:
-            self._check_alive()
-            try:
-                value = probe()
-            except (subprocess.SubprocessError, ValueError, KeyError) as exc:
-                last, value = exc, None
-            if value:
-                return value
-            time.sleep(0.2)
-        raise NodeError(f"timed out waiting for {what} (last error: {last!r})")
+        return wait_until(what, deadline, probe, self._check_alive, NodeError, expected)
 
     def get_json(self, *args: str) -> Any:
         proc = self.kubectl("get", *args, "-o", "json")
@@ -328,11 +321,8 @@ class ClusterNode(Started):
             self._procs.remove((n, proc))
 
     def _check_alive(self) -> None:
-        for name, proc in self._procs:
-            if proc.poll() is not None:
-                log = self.log_dir / f"{name}.log"
-                tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
-                raise NodeError(f"{name} exited with {proc.returncode}; log tail:\n{tail}")
+        procs = ((n, p, self.log_dir / f"{n}.log") for n, p in self._procs)
+        check_alive(procs, NodeError, lines=40)
 
     def _kill_leftover_containers(self) -> None:
         tasks = self.ctr("tasks", "ls", "-q").stdout.split()
