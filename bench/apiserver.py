@@ -86,6 +86,13 @@ def default_pod(pod: Mapping[str, Any]) -> Obj:
     out = copy.deepcopy(dict(pod))
     out["spec"] = default_pod_spec(out["spec"])
     out["spec"].setdefault("enableServiceLinks", True)
+    for key in ("containers", "initContainers"):
+        for container in out["spec"].get(key, []):  # a Pod's requests default to its limits
+            limits = container.get("resources", {}).get("limits")
+            if limits:
+                requests = container["resources"].setdefault("requests", {})
+                for name, value in limits.items():
+                    requests.setdefault(name, value)
     out.setdefault("status", {})
     return out
 
