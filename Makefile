@@ -35,8 +35,8 @@ tools:  ## kube-apiserver, kube-controller-manager, etcd, kubectl, helm from Go 
 	bash tests/tools/build.sh
 	bash tests/tools/operators/build.sh  # JobSet, LeaderWorkerSet, KubeRay operators (cached)
 
-test-unit: install  ## no Go tools needed
-	$(BIN)/pytest -m "not e2e and not helm"
+test-unit: install  ## no Go needed
+	$(BIN)/pytest -m "not e2e and not helm and not go"
 
 test-e2e: install tools
 	$(BIN)/pytest -m e2e

@@ -1,8 +1,9 @@
 """The ceiling: the least an admission webhook can do per review in Python on this stack.
 
 A bare ASGI callable that reads the body, decodes the whole review with msgspec (the object as
-plain dicts, as ours does), and answers a fixed one-operation patch with a Content-Length (without
-one uvicorn sends the body chunked: an extra write per response). It runs under the uvicorn
+plain dicts, as ours does), and answers a fixed one-operation patch (on /validate paths: allowed,
+no patch) with a Content-Length (without one uvicorn sends the body chunked: an extra write per
+response). It runs under the uvicorn
 settings of `tpu-webhook serve` (webhook/server.py): uvloop, httptools, access log off, no server
 header, the same keep-alive, and the webhook's own TLS context (webhook.serving.tls.ServingTLS).
 
@@ -47,11 +48,26 @@ _decode = msgspec.json.Decoder(_Review).decode
 _encode = msgspec.json.Encoder().encode
 
 
+# `--patch` and `--done` (python -m bench.create): the patch to answer, and bytes whose presence
+# in a review means there is nothing to patch
+_answers: dict[str, Any] = {"patch": PATCH, "done": None}
+
+
 def answer(body: bytes) -> bytes:
     """The ceiling's whole decision: decode the review, echo its uid with a fixed patch."""
     review = _decode(body)
-    response = {"uid": review.request.uid, "allowed": True, "patchType": "JSONPatch"}
-    response["patch"] = PATCH
+    response: dict[str, Any] = {"uid": review.request.uid, "allowed": True}
+    if _answers["done"] is None or _answers["done"] not in body:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = _answers["patch"]
+    return _encode(
+        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+    )
+
+
+def allow(body: bytes) -> bytes:
+    """A validating endpoint's answer: the uid, allowed, no patch."""
+    response = {"uid": _decode(body).request.uid, "allowed": True}
     return _encode(
         {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
     )
@@ -69,7 +85,8 @@ async def app(scope: Message, receive: Receive, send: Send) -> None:
             chunks.append(message.get("body", b""))
             if not message.get("more_body", False):
                 break
-        data = answer(b"".join(chunks))
+        body = b"".join(chunks)
+        data = allow(body) if scope["path"].startswith("/validate") else answer(body)
     headers = [*_HEADERS, (b"content-length", str(len(data)).encode())]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": data})
@@ -80,7 +97,13 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--cert", type=Path, required=True)
     parser.add_argument("--key", type=Path, required=True)
+    parser.add_argument("--patch", help="base64 JSON Patch to answer (default: a label)")
+    parser.add_argument("--done", help="no patch for a review that contains these bytes")
     args = parser.parse_args()
+    if args.patch:
+        _answers["patch"] = args.patch
+    if args.done:
+        _answers["done"] = args.done.encode()
     config = uvicorn.Config(
         app,
         host="127.0.0.1",

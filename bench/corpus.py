@@ -258,6 +258,17 @@ def _apply(obj: Obj, review: Review | None, policy: Policy, endpoint: str = "mut
     return patched
 
 
+def pod_review(manifest: Obj, policy: Policy, endpoint: str = "mutate") -> Review:
+    """The review the API server sends `endpoint` for `kubectl create -f` of Pod `manifest`."""
+    return _review(manifest["metadata"]["name"], endpoint, _POD, _user_pod(manifest), ADMIN, policy)
+
+
+def mutate_patch(manifest: Obj, policy: Policy) -> list[Obj]:
+    """The JSON Patch our mutating webhook answers for `kubectl create -f` of Pod `manifest`."""
+    _, request = parse_review(pod_review(manifest, policy).body)
+    return list(review_request(request, "mutate", policy).patch)
+
+
 def default_policy() -> Policy:
     """The policy `tpu-webhook serve` builds with its default settings."""
     policy: Policy = create_app(Settings()).state.webhook.policy

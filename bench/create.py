@@ -5,6 +5,13 @@ MutatingAdmissionPolicy feature gate and admissionregistration.k8s.io/v1beta1 on
 kube-controller-manager's Job controller) runs three ways, side by side, round by round:
 
 - `none`: no admission of ours;
+- `floor-go`: the cheapest webhook there can be (bench/floor/main.go: Go's net/http, HTTP/1.1
+  over TLS, the review's uid echoed with the very patch tpu-webhook answers for the benchmark's
+  Pod, none for the Job's Pods, which have it), registered by the chart's configurations like
+  tpu-webhook: what the API server charges for calling any webhook;
+- `floor-python`: the same answers from the ceiling of `python -m bench` (bench/ceiling.py: bare
+  ASGI under uvicorn, uvloop, httptools and the webhook's TLS context): what the Python serving
+  stack adds to that, so that `webhook` less `floor-python` is tpu-webhook's own code;
 - `webhook`: `tpu-webhook serve` on loopback, registered by the chart's own configurations in url
   mode (`helm template`, dev/chart.py): mutate and validate, as installed;
 - `webhook-no-cel`: the same with `webhook.matchConditions.enabled=false` (what the CEL filter
@@ -35,6 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.corpus import default_policy, mutate_patch
+from bench.floor import Floor
 from dev.chart import url_mode_configurations
 from dev.controlplane import ControlPlane
 from tests.support.webhook_process import WebhookProcess, make_certs
@@ -42,7 +51,7 @@ from webhook.admission.trigger import TPU_RESOURCES
 from webhook.catalog import load_catalog
 from webhook.registration import tpu_match_expression
 
-WAYS = ("none", "webhook", "webhook-no-cel", "policy")
+WAYS = ("none", "floor-go", "floor-python", "webhook", "webhook-no-cel", "policy")
 FEATURES = (
     "--feature-gates=MutatingAdmissionPolicy=true",
     "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
@@ -54,6 +63,9 @@ NAMESPACE = "bench"
 JOB_HOSTS = 256  # tpu-v4-podslice 8x8x16: 1,024 chips, 4 per host
 ACCELERATOR = "cloud.google.com/gke-tpu-accelerator"
 TOPOLOGY = "cloud.google.com/gke-tpu-topology"
+# The floor answers "nothing to patch" to an object that already declares the first TPU port (the
+# Job's Pods), as tpu-webhook does.
+FLOOR_DONE = f'"containerPort":{load_catalog().ports[0].container_port}'
 
 
 @dataclass(frozen=True)
@@ -282,7 +294,7 @@ def clean(api: Api) -> None:
 # (label, family, label filter): histograms whose sums, divided by the creates, say where the
 # time of a create goes. The API server times each webhook call (request, network, our server,
 # response) and each admission plugin; our server times its own handling of a review.
-STEPS = (
+STEPS: tuple[tuple[str, str, dict[str, str]], ...] = (
     ("API server: mutate webhook call", "apiserver_admission_webhook_admission_duration_seconds",
      {"name": "mutate.tpu-webhook.io"}),
     ("API server: validate webhook call", "apiserver_admission_webhook_admission_duration_seconds",
@@ -325,7 +337,14 @@ def scrape(api: Api, server: WebhookProcess) -> dict[str, float]:
     return histogram_sums(apiserver + "\n" + ours)
 
 
-PROCESSES = ("kube-apiserver", "etcd", "kube-controller-manager", "tpu-webhook")
+PROCESSES = (
+    "kube-apiserver",
+    "etcd",
+    "kube-controller-manager",
+    "tpu-webhook",
+    "floor-go",
+    "floor-python",
+)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -460,11 +479,14 @@ def run(profile: Profile, work: Path) -> tuple[dict[str, Figures], str]:
     load_before = os.getloadavg()
     make_certs(work)
     results = {way: Figures(way) for way in WAYS}
+    patch = mutate_patch(tpu_pod("floor"), default_policy())  # what tpu-webhook answers
     with (
         ControlPlane(
             extra_apiserver_args=FEATURES, extra_controller_manager_args=CONTROLLER_QPS
         ) as cp,
         WebhookProcess(work) as server,
+        Floor("go", work, patch, FLOOR_DONE) as floor_go,
+        Floor("python", work, patch, FLOOR_DONE) as floor_python,
     ):
         version = cp.version
         cp.kubectl("create", "namespace", NAMESPACE, check=True)
@@ -476,6 +498,8 @@ def run(profile: Profile, work: Path) -> tuple[dict[str, Figures], str]:
             "the default ServiceAccount",
         )
         registrations = {
+            "floor-go": url_mode_configurations(floor_go.url, server.ca_file.read_bytes()),
+            "floor-python": url_mode_configurations(floor_python.url, server.ca_file.read_bytes()),
             "webhook": url_mode_configurations(server.url, server.ca_file.read_bytes()),
             "webhook-no-cel": url_mode_configurations(
                 server.url,
@@ -485,7 +509,10 @@ def run(profile: Profile, work: Path) -> tuple[dict[str, Figures], str]:
             "policy": mutating_admission_policy(),
         }
         assert server.process is not None
+        assert floor_go.process is not None
+        assert floor_python.process is not None
         pids = {n: cp.pid(n) for n in PROCESSES[:3]} | {"tpu-webhook": server.process.pid}
+        pids |= {"floor-go": floor_go.process.pid, "floor-python": floor_python.process.pid}
         for number in range(profile.rounds):
             for way in WAYS:
                 print(f"# round {number + 1}/{profile.rounds}: {way}", flush=True)
@@ -533,6 +560,28 @@ def report(results: dict[str, Figures], profile: Profile, version: str, command:
             f"{'' if way == 'none' else f'{added:+.2f}'} | {b:.2f} | "
             f"{'' if way == 'none' else f'{(b / base_burst - 1) * 100:+.1f} %'} | {j:.2f} | "
             f"{'' if way == 'none' else f'{(j / base_job - 1) * 100:+.1f} %'} |"
+        )
+    go, python, ours = results["floor-go"], results["floor-python"], results["webhook"]
+    lines += [
+        "",
+        "tpu-webhook's added cost in three parts: what the API server charges for calling any "
+        "webhook (the Go floor), what the Python serving stack adds (the Python floor), and "
+        "tpu-webhook's own code:",
+        "",
+        "| part | added p50 ms | burst overhead | Job overhead |",
+        "|---|---|---|---|",
+    ]
+    parts = (
+        ("any webhook: floor-go - none", none, go),
+        ("Python serving: floor-python - floor-go", go, python),
+        ("tpu-webhook's code: webhook - floor-python", python, ours),
+    )
+    for part, low, high in parts:
+        burst_share = statistics.median(high.burst_seconds) - statistics.median(low.burst_seconds)
+        job_share = statistics.median(high.job_seconds) - statistics.median(low.job_seconds)
+        lines.append(
+            f"| {part} | {high.p(50) - low.p(50):+.2f} | {burst_share / base_burst * 100:+.1f} % | "
+            f"{job_share / base_job * 100:+.1f} % |"
         )
     lines += [
         "",
