@@ -34,6 +34,14 @@ JOBSET = "examples/v6e-4x4-multislice-jobset.yaml"
 OWNER_EXAMPLES = [p for p in EXAMPLES if owner_groups(p)]  # JobSet, LWS, RayCluster
 
 
+def _as_a_terminal_starts_it() -> None:
+    """Ctrl-C and Ctrl-\\ as a shell prompt leaves them: when the suite itself runs as a
+    background job of a shell without job control (`cmd &` in a script), SIGINT and SIGQUIT
+    arrive ignored, children inherit that, and no Ctrl-C would reach `make run`."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 class MakeRun:
     """`make run` in its own session (its own terminal, so to speak), output read by a thread."""
 
@@ -49,6 +57,7 @@ class MakeRun:
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,
+            preexec_fn=_as_a_terminal_starts_it,
         )
         threading.Thread(target=self._read, daemon=True).start()
 
