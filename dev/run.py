@@ -57,20 +57,19 @@ from webhook.certs import make_ca, make_serving_cert, write_pair
 STARTED = time.monotonic()
 EXAMPLES = REPO_ROOT / "examples"
 SAYS = "# kubectl create says: "
-# A first build on 2 idle cores with empty Go caches took 261 s (tests/tools/README.md); each
-# binary's share is from a cold build measured on a loaded machine (1,563 s: etcd 223 s,
-# kube-apiserver 907 s, kube-controller-manager 252 s, kubectl 133 s, helm 48 s).
+# A first build on 2 otherwise idle cores with empty Go module and build caches (a cold
+# `.ci/run`, 2026-12-01): modules 12 s, etcd 66 s, kube-apiserver 224 s, kube-controller-manager
+# 61 s, kubectl 21 s, helm 11 s (and 23 s for the kubelet and scheduler `make run` does not need).
 EXPECTED_SECONDS = {
-    "modules": 30,
-    "etcd": 35,
-    "kube-apiserver": 135,
-    "kube-controller-manager": 40,
+    "modules": 15,
+    "etcd": 65,
+    "kube-apiserver": 225,
+    "kube-controller-manager": 60,
     "kubectl": 20,
     "helm": 10,
 }
-# Each operator's cold build, its modules downloaded, on the shared 2-core machine at load 4-8
-# (tests/tools/README.md: jobset 137 s, lws 122 s, kuberay 121 s).
-EXPECTED_OPERATOR_SECONDS = {"jobset": 140, "lws": 120, "kuberay": 120}
+# Each operator's build in the same cold run, after the tools: jobset 93 s, lws 91 s, kuberay 79 s.
+EXPECTED_OPERATOR_SECONDS = {"jobset": 95, "lws": 90, "kuberay": 80}
 OWNER_KINDS = "JobSet, LeaderWorkerSet and KubeRay (RayCluster, RayJob, RayService)"
 JOBSET_EXAMPLE = "v6e-multislice"  # examples/v6e-4x4-multislice-jobset.yaml
 
@@ -185,7 +184,7 @@ def _progress(line: str) -> str:
     if line.startswith("build.sh: downloading modules"):
         say(
             "  first run: building them from the Go module proxy into ~/.cache/tpu-webhook/tools "
-            "(about 4-5 minutes on 2 idle cores, longer on a busy machine; 730 MB of modules, "
+            "(about 6-7 minutes on 2 idle cores, longer on a busy machine; 730 MB of modules, "
             "3 GB of Go build cache; later runs start in seconds)"
         )
         say(f"  downloading Go modules (about {EXPECTED_SECONDS['modules']} s) ...")
@@ -277,7 +276,7 @@ class OperatorProgress:
                 self.first = False
                 say(
                     f"  first run: building them from the Go module proxy into {cache_root()} "
-                    "(about 2 minutes each on 2 idle cores, plus 590 MB of modules to "
+                    "(about 1.5 minutes each on 2 idle cores, plus 590 MB of modules to "
                     "download; seconds once Go's build cache is warm; later runs find them)"
                 )
             say(f"  downloading the Go modules of {TITLES.get(name, name)} ...")
