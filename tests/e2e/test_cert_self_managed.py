@@ -362,7 +362,11 @@ def test_readyz_says_what_is_missing_until_a_certificate_from_the_secret_is_serv
     cp.kubectl("delete", *binding, check=True)
     kubeconfig = release.service_account_kubeconfig(cp, tmp_path / "sa")
     with SelfManagedServer(release.server_env(kubeconfig), tmp_path / "log") as server:
-        _, body = wait_until("a 503", lambda: (r := server.readyz())[0] == 503 and r)
+        # "... yet" alone until the first read of the Secret has been refused; then with why
+        _, body = wait_until(
+            "a 503 after the first refused read",
+            lambda: (r := server.readyz())[0] == 503 and ": 403: " in r[1].get("reason", "") and r,
+        )
         assert body["status"] == "not ready"
         assert body["reason"].startswith(
             f"no serving certificate from Secret {release.namespace}/{release.secret} yet: "
