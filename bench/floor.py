@@ -15,7 +15,6 @@ import base64
 import hashlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +22,9 @@ import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from dev.controlplane import stop_process, wait_until
+from tests.support.webhook_process import free_port
 
 SOURCE = Path(__file__).with_name("floor") / "main.go"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tpu-webhook" / "tools"
@@ -48,9 +50,7 @@ class Floor:
     """A floor server (`go` or `python`) on a free loopback port, answering `patch` on /mutate."""
 
     def __init__(self, language: str, certs: Path, patch: list[dict[str, Any]], done: str) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         self.url = f"https://127.0.0.1:{self.port}"
         encoded = base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode()
         cert, key = str(certs / "tls.crt"), str(certs / "tls.key")
@@ -69,17 +69,27 @@ class Floor:
         self.process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Floor:
-        self.process = subprocess.Popen(self.command)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return self
-            except OSError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    self.__exit__(None, None, None)
-                    raise RuntimeError(f"the floor webhook did not start: {self.command}") from None
-                time.sleep(0.02)
+        self.process = subprocess.Popen(self.command, start_new_session=True)
+        try:
+            wait_until(
+                f"the floor webhook on port {self.port}",
+                time.monotonic() + 20,
+                self._listening,
+                self._alive,
+                RuntimeError,
+            )
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _listening(self) -> bool:
+        socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+        return True
+
+    def _alive(self) -> None:
+        if self.process is not None and self.process.poll() is not None:
+            raise RuntimeError(f"the floor webhook exited with {self.process.returncode}")
 
     def __exit__(
         self,
@@ -87,10 +97,5 @@ class Floor:
         error: BaseException | None,
         trace: TracebackType | None,
     ) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            stop_process(self.process, 10)

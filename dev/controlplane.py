@@ -125,11 +125,16 @@ def _free_port() -> int:
         return port
 
 
-def _stop_process(proc: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT_S) -> None:
-    """SIGTERM the process group, SIGKILL it after ``timeout``; always reap."""
+def stop_process(
+    proc: subprocess.Popen[Any],
+    timeout: float = STOP_TIMEOUT_S,
+    first: signal.Signals = signal.SIGTERM,
+) -> int | None:
+    """`first` to the process group (the process was started in a session of its own), SIGKILL
+    to the group after ``timeout``; always reap. The exit status (None if it never ended)."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
+            os.killpg(proc.pid, first)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=timeout)
     # The leader may be gone while group members linger: kill the group regardless.
@@ -137,6 +142,7 @@ def _stop_process(proc: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT_S
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=timeout)
+    return proc.returncode
 
 
 def _sweep_stale_workdirs() -> None:
@@ -410,7 +416,7 @@ class ControlPlane(Started):
         """
         try:
             for _name, proc in reversed(self._procs):
-                _stop_process(proc)
+                stop_process(proc)
         finally:
             self._procs.clear()
             for f in self._logs:

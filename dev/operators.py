@@ -50,9 +50,9 @@ from dev.controlplane import (
     Started,
     _child_setup,
     _free_port,
-    _stop_process,
     check_alive,
     http_ok,
+    stop_process,
     wait_until,
 )
 
@@ -468,7 +468,7 @@ class Operators(Started):
         finally:
             self.webhook_configurations = []
             for run in reversed(list(self.running.values())):
-                _stop_process(run.proc)
+                stop_process(run.proc)
             self.running.clear()
             for f in self._logs:
                 with contextlib.suppress(OSError):

@@ -38,6 +38,7 @@ from dev.controlplane import (
     ControlPlane,
     ControlPlaneError,
     _child_setup,
+    stop_process,
 )
 from dev.operators import BUILD_SCRIPT as OPERATORS_BUILD_SCRIPT
 from dev.operators import (
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             operators = start_operators(control_plane, cleanup, builds) if builds else None
             crds_installed = install_in_background(control_plane, cleanup, crds or [])
             webhook = start_webhook(control_plane, port)
-            cleanup.callback(stop_process, webhook)
+            cleanup.callback(stop_process, webhook, BUILD_STOP_SECONDS)
             register(control_plane, bin_dir, port)
             crds_installed.result()
             print_walkthrough(control_plane, bin_dir, port, operators, bool(crds))
@@ -174,7 +175,9 @@ def _build(command: list[str], progress: Callable[[str], str]) -> tuple[int, str
         stdout = process.stdout.read()
         code = process.wait()
     except BaseException:
-        _interrupt_build(process)
+        # Ctrl-C for the build: bash and go stop; build.sh's EXIT trap removes its temp dir (not
+        # if it has to be killed after BUILD_STOP_SECONDS)
+        stop_process(process, BUILD_STOP_SECONDS, signal.SIGINT)
         raise
     return code, stdout, output
 
@@ -292,18 +295,6 @@ class OperatorProgress:
 BUILD_STOP_SECONDS = 120
 
 
-def _interrupt_build(process: subprocess.Popen[str]) -> None:
-    """Ctrl-C for the build: bash and go stop; build.sh's EXIT trap removes its temp dir."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGINT)
-    try:
-        process.wait(timeout=BUILD_STOP_SECONDS)
-    except subprocess.TimeoutExpired:  # the EXIT trap cannot run now: its temp dir stays
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-
-
 # ----------------------------------------------------------------------------- webhook
 
 
@@ -331,19 +322,8 @@ def start_webhook(control_plane: ControlPlane, port: int) -> subprocess.Popen[by
                 if response.status == 200:
                     return process
         time.sleep(0.1)
-    stop_process(process)
+    stop_process(process, BUILD_STOP_SECONDS)
     raise RunError("tpu-webhook serve was not ready within 30 s")
-
-
-def stop_process(process: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=BUILD_STOP_SECONDS)
-    except subprocess.TimeoutExpired:  # the EXIT trap cannot run now: its temp dir stays
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
 
 
 def register(control_plane: ControlPlane, bin_dir: Path, port: int) -> None:

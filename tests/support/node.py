@@ -56,8 +56,8 @@ from dev.controlplane import (
     _cert_pem,
     _child_setup,
     _free_port,
-    _stop_process,
     check_alive,
+    stop_process,
     wait_until,
 )
 from tests.support.node_cleanup import clean_up, machine_state
@@ -317,7 +317,7 @@ class ClusterNode(Started):
 
     def _stop(self, name: str) -> None:
         for n, proc in [p for p in self._procs if p[0] == name]:
-            _stop_process(proc, timeout=20)
+            stop_process(proc, timeout=20)
             self._procs.remove((n, proc))
 
     def _check_alive(self) -> None:

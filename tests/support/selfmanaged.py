@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import signal
 import socket
 import ssl
 import subprocess
@@ -26,7 +25,7 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from dev.controlplane import REPO_ROOT, ControlPlane
+from dev.controlplane import REPO_ROOT, ControlPlane, stop_process
 from tests.support.webhook_process import free_port
 
 CHART = REPO_ROOT / "charts" / "tpu-webhook"
@@ -204,14 +203,8 @@ class SelfManagedServer:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+        if self.process is not None:
+            stop_process(self.process, 30)
 
     def __enter__(self) -> SelfManagedServer:
         return self.start()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -15,14 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from dev.controlplane import _free_port, stop_process
 from webhook.certs import KeyPair, make_ca, make_serving_cert, write_pair
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+free_port = _free_port  # a free loopback port (the control plane's own helper)
 
 
 def make_certs(directory: Path, client: bool = False) -> KeyPair:
@@ -121,14 +115,7 @@ class WebhookProcess:
         return self.log.read_text(errors="replace") if self.log and self.log.exists() else ""
 
     def stop(self, timeout: float = 30.0) -> int | None:
-        if self.process is None or self.process.poll() is not None:
-            return self.process.returncode if self.process else None
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            return self.process.wait()
+        return None if self.process is None else stop_process(self.process, timeout)
 
     def __enter__(self) -> WebhookProcess:
         return self.start()
