@@ -31,6 +31,13 @@ class Settings(BaseSettings):
     # Write MEGASCALE_NUM_SLICES / _SLICE_ID / _COORDINATOR_ADDRESS into a JobSet's TPU
     # replicatedJobs of several slices where missing (opt-in: GKE may write them itself).
     inject_megascale: bool = False
+    # The opt-outs a user may write on an object (chart `webhook.exemptions`): the label
+    # tpu-webhook.io/ignore: "true" (neither checked nor patched), GKE's annotation
+    # cloud.google.com/skip-tpu-webhook-check: "true" (not checked); and the namespaces whose
+    # objects may use them (empty: every namespace the webhook is sent).
+    honour_opt_out_label: bool = True
+    honour_skip_annotation: bool = True
+    exemption_namespaces: frozenset[str] = frozenset()
     cert_reload_seconds: float = Field(default=2.0, gt=0)
     # Readiness fails once changed certificate files could not be loaded for this long.
     cert_reload_failing_seconds: float = Field(default=60.0, ge=0)

@@ -18,6 +18,7 @@ from tests.unit import apply, expected, findings, overwritten, workload_of
 from webhook.catalog import load_catalog
 from webhook.catalog.tpu import ACCELERATOR_LABEL, TOPOLOGY_LABEL, SliceShape
 from webhook.policy import decide
+from webhook.policy.context import Exemptions
 from webhook.policy.rules import BY_CODE
 
 CASES = Path(__file__).resolve().parents[1] / "cases"
@@ -47,8 +48,11 @@ def selector(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def options_of(case: dict[str, Any]) -> decide.Options:
-    """The case's `options` (Options fields; lists as tuples), else the defaults."""
+    """The case's `options` (Options fields; lists as tuples, `exemptions` as Exemptions
+    fields), else the defaults."""
     given = {k: tuple(v) if isinstance(v, list) else v for k, v in case.get("options", {}).items()}
+    if "exemptions" in given:
+        given["exemptions"] = Exemptions(**given["exemptions"])
     return decide.Options(**given)
 
 
@@ -56,7 +60,9 @@ def options_of(case: dict[str, Any]) -> decide.Options:
 def test_validate_case(case: dict[str, Any]) -> None:
     obj = case["object"]
     sent = copy.deepcopy(obj)
-    verdict = decide.validate(obj, workload_of(obj), CATALOG, case.get("oldObject"))
+    verdict = decide.validate(
+        obj, workload_of(obj), CATALOG, case.get("oldObject"), options_of(case)
+    )
     assert findings(verdict.denials) == expected(case["violations"])
     assert findings(verdict.warnings) == expected(case.get("warnings"))
     assert obj == sent

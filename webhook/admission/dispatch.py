@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from webhook.admission.review import Request
 from webhook.catalog.tpu import Catalog
 from webhook.policy import decide
+from webhook.policy.context import NO_EXEMPTIONS
 from webhook.policy.decide import ALLOW, Options, Verdict
 from webhook.policy.workloads import workload_for
-
-ENDPOINTS = ("mutate", "validate")
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +20,19 @@ class Policy:
 
     catalog: Catalog
     options: Options = field(default_factory=Options)
+    # Namespaces whose objects may use the opt-outs (`options.exemptions`); None: every one.
+    exemption_namespaces: frozenset[str] | None = None
+    # `options` without any opt-out: for objects of the other namespaces.
+    _strict: Options = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_strict", replace(self.options, exemptions=NO_EXEMPTIONS))
+
+    def options_in(self, namespace: str) -> Options:
+        """The options for an object of `namespace`."""
+        if self.exemption_namespaces is None or namespace in self.exemption_namespaces:
+            return self.options
+        return self._strict
 
 
 def review_request(request: Request, endpoint: str, policy: Policy) -> Verdict:
@@ -33,11 +45,12 @@ def review_request(request: Request, endpoint: str, policy: Policy) -> Verdict:
         or request.operation not in ("CREATE", "UPDATE")
     ):
         return ALLOW
+    options = policy.options_in(request.namespace)
     if endpoint == "mutate":
         if request.operation != "CREATE":
             return ALLOW  # pod templates of Jobs and Pods' specs are immutable after create
-        return decide.mutate(obj, workload, policy.catalog, policy.options)
+        return decide.mutate(obj, workload, policy.catalog, options)
     old: Mapping[str, Any] | None = None
     if request.operation == "UPDATE" and isinstance(request.old_object, dict):
         old = request.old_object
-    return decide.validate(obj, workload, policy.catalog, old)
+    return decide.validate(obj, workload, policy.catalog, old, options)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.catalog.tpu import OPT_OUT_LABEL, QUEUE_NAME_LABEL, SKIP_CHECK_ANNOTATION
+from webhook.policy.workloads import owner_role
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,6 +16,27 @@ class Owner:
     group: str
     kind: str
     name: str
+    # Whether the workload table knows the kind as a maker of workloads: a child of a known
+    # owner is decided for what holds for any pod spec; a child of a custom kind the table does
+    # not know is decided as written, its slice findings only warned about.
+    known: bool = True
+
+    def describe(self) -> str:
+        """`TrainJob "train"`."""
+        return f'{self.kind} "{self.name}"'
+
+
+@dataclass(frozen=True, slots=True)
+class Exemptions:
+    """Which of the two opt-outs a user may write on an object, as the admin decides
+    (chart `webhook.exemptions`): the project's label, GKE's skip annotation."""
+
+    opt_out_label: bool = True  # tpu-webhook.io/ignore: "true": neither checked nor patched
+    skip_annotation: bool = True  # cloud.google.com/skip-tpu-webhook-check: "true": not checked
+
+
+EXEMPTIONS = Exemptions()  # both, as GKE's own check honours its annotation
+NO_EXEMPTIONS = Exemptions(opt_out_label=False, skip_annotation=False)
 
 
 class Context:
@@ -22,7 +44,7 @@ class Context:
 
     __slots__ = ("opted_out", "owner", "queue", "skip_checks", "suspended")
 
-    def __init__(self, obj: Mapping[str, Any]) -> None:
+    def __init__(self, obj: Mapping[str, Any], exemptions: Exemptions = EXEMPTIONS) -> None:
         metadata = obj.get("metadata")
         if not isinstance(metadata, dict):
             metadata = {}
@@ -30,7 +52,7 @@ class Context:
         annotations = _mapping(metadata.get("annotations"))
         queue = labels.get(QUEUE_NAME_LABEL) or annotations.get(QUEUE_NAME_LABEL)
         spec = obj.get("spec")
-        # the controlling owner (ownerReferences, controller: true)
+        # the controlling owner (ownerReferences, controller: true), when it makes workloads
         self.owner: Owner | None = controlling_owner(metadata)
         # the Kueue queue it waits in
         self.queue: str | None = queue if isinstance(queue, str) and queue else None
@@ -39,9 +61,21 @@ class Context:
             spec.get("suspend") is True or bool(spec.get("schedulingGates"))
         )
         # tpu-webhook.io/ignore: "true": neither checked nor patched
-        self.opted_out = labels.get(OPT_OUT_LABEL) == "true"
+        self.opted_out = exemptions.opt_out_label and labels.get(OPT_OUT_LABEL) == "true"
         # cloud.google.com/skip-tpu-webhook-check: "true": not checked
-        self.skip_checks = annotations.get(SKIP_CHECK_ANNOTATION) == "true"
+        self.skip_checks = (
+            exemptions.skip_annotation and annotations.get(SKIP_CHECK_ANNOTATION) == "true"
+        )
+
+    def owned_as(self, other: Context) -> Context:
+        """This context with `other`'s owner: an old object judged under the new one's."""
+        self.owner = other.owner
+        return self
+
+    @property
+    def child(self) -> bool:
+        """Made by a controller the workload table knows: its slice was decided at the owner."""
+        return self.owner is not None and self.owner.known
 
     @property
     def deferred(self) -> str | None:
@@ -56,31 +90,48 @@ class Context:
         return None
 
 
-def read_context(obj: Mapping[str, Any]) -> Context:
-    return Context(obj)
+def read_context(obj: Mapping[str, Any], exemptions: Exemptions = EXEMPTIONS) -> Context:
+    return Context(obj, exemptions)
+
+
+# ownerReferences examined for the controlling one: the API server accepts any number, and only
+# one may be the controller; a hostile list is not read past this many entries.
+MAX_OWNER_REFERENCES = 64
 
 
 def controlling_owner(metadata: Mapping[str, Any]) -> Owner | None:
+    """The controlling owner when it makes workloads: a kind of the workload table (known), or a
+    custom kind the table does not know. An owner of a built-in kind that makes no workloads
+    (a ConfigMap, a Service) is no owner: anyone may write such a reference."""
     owners = metadata.get("ownerReferences")
     if owners is None:
         return None
-    for o in owners if isinstance(owners, list) else ():
+    for o in owners[:MAX_OWNER_REFERENCES] if isinstance(owners, list) else ():
         if isinstance(o, dict) and o.get("controller") is True:
-            group = str(o.get("apiVersion", "")).rpartition("/")[0]
-            return Owner(group, str(o.get("kind", "")), str(o.get("name", "")))
+            api_version, kind, name = o.get("apiVersion"), o.get("kind"), o.get("name")
+            if not isinstance(api_version, str) or not isinstance(kind, str):
+                return None
+            group = api_version.rpartition("/")[0]
+            role = owner_role(group, kind)
+            if role is None:
+                return None
+            return Owner(group, kind, name if isinstance(name, str) else "", role == "known")
     return None
 
 
-def opted_out(obj: Mapping[str, Any]) -> bool:
-    """tpu-webhook.io/ignore: "true" on the object (its Context says the same)."""
+def opted_out(obj: Mapping[str, Any], exemptions: Exemptions = EXEMPTIONS) -> bool:
+    """tpu-webhook.io/ignore: "true" on the object, where the admin allows it (its Context says
+    the same)."""
+    if not exemptions.opt_out_label:
+        return False
     metadata = obj.get("metadata")
     labels = metadata.get("labels") if isinstance(metadata, dict) else None
     return isinstance(labels, dict) and labels.get(OPT_OUT_LABEL) == "true"
 
 
-def skips_checks(annotations: Mapping[str, Any]) -> bool:
-    """GKE's escape hatch on a Pod (template)."""
-    return annotations.get(SKIP_CHECK_ANNOTATION) == "true"
+def skips_checks(annotations: Mapping[str, Any], exemptions: Exemptions = EXEMPTIONS) -> bool:
+    """GKE's escape hatch on a Pod (template), where the admin allows it."""
+    return exemptions.skip_annotation and annotations.get(SKIP_CHECK_ANNOTATION) == "true"
 
 
 def _mapping(value: object) -> Mapping[str, Any]:

@@ -8,7 +8,14 @@ from typing import Any, NamedTuple
 
 from webhook.catalog.tpu import TPU_RESOURCE, Catalog, SliceShape
 from webhook.policy import slice_rules, spec_rules
-from webhook.policy.context import Context, opted_out, read_context, skips_checks
+from webhook.policy.context import (
+    EXEMPTIONS,
+    Context,
+    Exemptions,
+    opted_out,
+    read_context,
+    skips_checks,
+)
 from webhook.policy.mutate import (
     PatchOp,
     add_missing_env,
@@ -34,6 +41,8 @@ class Options:
     # Write MEGASCALE_NUM_SLICES / _SLICE_ID / _COORDINATOR_ADDRESS into a JobSet's TPU
     # replicatedJobs of several slices where missing (opt-in: GKE may inject them itself).
     inject_megascale: bool = False
+    # The opt-outs a user may write on an object (chart `webhook.exemptions`).
+    exemptions: Exemptions = EXEMPTIONS
 
 
 class Verdict(
@@ -51,6 +60,7 @@ class Verdict(
 
 
 ALLOW = Verdict()
+DEFAULT_OPTIONS = Options()
 
 
 def tpu_sites(obj: Mapping[str, Any], workload: Workload) -> list[tuple[Site, TpuSpec]]:
@@ -86,7 +96,7 @@ def mutate(
     sites = tpu_sites(obj, workload)
     if not sites:
         return ALLOW
-    if opted_out(obj):
+    if opted_out(obj, options.exemptions):
         return ALLOW
     ops: list[PatchOp] = []
     warnings: list[Violation] = []
@@ -100,7 +110,7 @@ def mutate(
             continue  # several TPU containers per host: projects number them differently
         shape = slice_shape(tpu, catalog)
         if shape is not None and shape.multi_host:
-            context = context or read_context(obj)
+            context = context or read_context(obj, options.exemptions)
             env, extra_ops, found = worker_env(obj, site, tpu, shape, context)
             ops += extra_ops + add_missing_env(tpu, env)
             warnings += found
@@ -112,13 +122,26 @@ def validate(
     workload: Workload,
     catalog: Catalog,
     old: Mapping[str, Any] | None = None,
+    options: Options = DEFAULT_OPTIONS,
 ) -> Verdict:
-    """Every violation; on UPDATE (`old` given) only those the update introduces deny."""
-    found = violations(obj, workload, catalog)
+    """Every violation; on UPDATE (`old` given) only those the update introduces deny.
+
+    An UPDATE that leaves `spec` as it was (ownerReferences, finalizers, labels, annotations:
+    the garbage collector orphaning children, the Job controller removing its finalizers) is
+    never refused. Otherwise the old object is judged under the new one's metadata (its owner,
+    its opt-outs): an UPDATE that only changes who owns an object is no new violation."""
+    if old is not None and obj.get("spec") == old.get("spec"):
+        return ALLOW
+    context = read_context(obj, options.exemptions)
+    found = violations(obj, workload, catalog, context, options.exemptions)
     if not found:
         return ALLOW
     if old is not None:
-        before = {(v.code, str(v.field)) for v in violations(old, workload, catalog)}
+        as_now = read_context(old, options.exemptions).owned_as(context)
+        before = {
+            (v.code, str(v.field))
+            for v in violations(old, workload, catalog, as_now, options.exemptions)
+        }
         found = [v for v in found if v.advisory or (v.code, str(v.field)) not in before]
     denials: list[Violation] = []
     warnings: list[Violation] = []
@@ -127,16 +150,24 @@ def validate(
     return Verdict(denials=tuple(denials), warnings=tuple(warnings))
 
 
-def violations(obj: Mapping[str, Any], workload: Workload, catalog: Catalog) -> list[Violation]:
+def violations(
+    obj: Mapping[str, Any],
+    workload: Workload,
+    catalog: Catalog,
+    context: Context | None = None,
+    exemptions: Exemptions = EXEMPTIONS,
+) -> list[Violation]:
     sites = tpu_sites(obj, workload)
     if not sites:
         return []
-    context = read_context(obj)
+    if context is None:
+        context = read_context(obj, exemptions)
     if context.opted_out or context.skip_checks:
         return []
     found: list[Violation] = []
+    as_written: list[Violation] = []  # what belongs to the object a user wrote
     for site, tpu in sites:
-        if skips_checks(tpu.annotations):
+        if skips_checks(tpu.annotations, exemptions):
             continue
         found += check_pod_spec(tpu, catalog, context.deferred)
         shape = slice_shape(tpu, catalog)
@@ -146,18 +177,41 @@ def violations(obj: Mapping[str, Any], workload: Workload, catalog: Catalog) -> 
         if not tpu.chips:
             continue  # a Pod without chips is no host of the slice
         if shape.multi_host:
-            found += check_slice(obj, workload.kind, site, tpu, shape, context)
-        elif (
-            context.owner is None and site.template.hosts and site.template.hosts.counts_single_host
-        ):
-            found += slice_rules.check_host_counts(obj, site, shape)
-    if context.owner is None:
-        found += check_owner(obj, workload.kind, sites, catalog)
-    return found
+            if context.child:
+                found += slice_rules.check_worker_env(tpu, shape, advisory=True)
+            else:
+                as_written += check_slice(obj, workload.kind, site, tpu, shape)
+        elif not context.child and site.template.hosts and site.template.hosts.counts_single_host:
+            as_written += slice_rules.check_host_counts(obj, site, shape)
+    if not context.child:
+        as_written += check_owner(obj, workload.kind, sites, catalog, exemptions)
+    if context.owner is not None and as_written:  # a custom owner the table does not know
+        as_written = [unknown_owner(v, context.owner.describe()) for v in as_written]
+    return found + as_written
+
+
+def unknown_owner(found: Violation, owner: str) -> Violation:
+    """A finding on the slice of an object made by a controller tpu-webhook does not know: it
+    may well number the hosts its own way, so it is said, never refused."""
+    if found.advisory:
+        return found
+    return Violation(
+        found.code,
+        found.field,
+        found.error,
+        f"{found.detail} (a warning: the object is made by {owner}, a kind tpu-webhook does "
+        "not know, which may form its slice its own way)",
+        found.value,
+        advisory=True,
+    )
 
 
 def check_owner(
-    obj: Mapping[str, Any], kind: str, sites: list[tuple[Site, TpuSpec]], catalog: Catalog
+    obj: Mapping[str, Any],
+    kind: str,
+    sites: list[tuple[Site, TpuSpec]],
+    catalog: Catalog,
+    exemptions: Exemptions = EXEMPTIONS,
 ) -> list[Violation]:
     """What belongs to an owner kind as a whole (its own field paths, its own numbering)."""
     found: list[Violation] = []
@@ -165,7 +219,7 @@ def check_owner(
         found += leaderworkerset.check(obj, sites, catalog)
     elif kind == "JobSet":
         for site, tpu in sites:
-            if not tpu.chips or skips_checks(tpu.annotations):
+            if not tpu.chips or skips_checks(tpu.annotations, exemptions):
                 continue
             found += jobset.check_multislice(obj, site, tpu)
             shape = slice_shape(tpu, catalog)
@@ -187,17 +241,10 @@ def check_pod_spec(tpu: TpuSpec, catalog: Catalog, deferred: str | None) -> list
 
 
 def check_slice(
-    obj: Mapping[str, Any],
-    kind: str,
-    site: Site,
-    tpu: TpuSpec,
-    shape: SliceShape,
-    context: Context,
+    obj: Mapping[str, Any], kind: str, site: Site, tpu: TpuSpec, shape: SliceShape
 ) -> list[Violation]:
     """How the object forms its slice: decided where a user wrote it, not at a controller's
-    child (its owner numbers the hosts); a child's worker variables only warn."""
-    if context.owner is not None:
-        return slice_rules.check_worker_env(tpu, shape, advisory=True)
+    child (its owner numbers the hosts)."""
     return [
         *slice_rules.check_workload_can_form_slice(kind, site, tpu, shape),
         *slice_rules.check_indexed(obj, site, shape),

@@ -302,6 +302,27 @@ def workload_for(group: str, kind: str) -> Workload | None:
     return WORKLOADS.get((group, kind))
 
 
+# Kinds whose controllers make the workloads of this table, beyond the table's own kinds (a Pod
+# owns a LeaderWorkerSet group's worker StatefulSet): a Deployment's ReplicaSets own its Pods.
+OWNER_KINDS: frozenset[tuple[str, str]] = frozenset({*WORKLOADS, ("apps", "ReplicaSet")})
+
+
+def owner_role(group: str, kind: str) -> str | None:
+    """What a controlling owner of this kind means for its child: "known" (the table knows how
+    it makes workloads), "unknown" (a custom kind: it may, but the table does not know how), or
+    None (a built-in kind that makes no workloads, a ConfigMap or a Service: no owner at all)."""
+    if (group, kind) in OWNER_KINDS:
+        return "known"
+    return None if builtin_group(group) else "unknown"
+
+
+def builtin_group(group: str) -> bool:
+    """An API group of Kubernetes itself: the core group, the dotless ones (apps, batch, policy,
+    autoscaling) and `*.k8s.io` (networking.k8s.io, resource.k8s.io...), but not the SIGs'
+    `*.x-k8s.io` projects (JobSet, LeaderWorkerSet, Kueue), which are custom resources."""
+    return "." not in group or (group.endswith(".k8s.io") and not group.endswith(".x-k8s.io"))
+
+
 def dig(obj: Any, path: tuple[Step, ...]) -> Any:
     """obj[path[0]][path[1]]... or None where a step is missing or of the wrong type."""
     for step in path:

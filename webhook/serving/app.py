@@ -25,6 +25,7 @@ from starlette.types import Receive, Scope, Send
 from webhook.admission.dispatch import Policy
 from webhook.catalog import load_catalog
 from webhook.catalog.tpu import TPU_RESOURCE
+from webhook.policy.context import Exemptions
 from webhook.policy.decide import Options
 from webhook.serving.endpoint import AdmissionEndpoint
 from webhook.serving.metrics import Metrics
@@ -97,10 +98,14 @@ def create_app(
         copy_resources=copy,
         inject_worker_env=settings.inject_worker_env,
         inject_megascale=settings.inject_megascale,
+        exemptions=Exemptions(
+            opt_out_label=settings.honour_opt_out_label,
+            skip_annotation=settings.honour_skip_annotation,
+        ),
     )
     webhook = Webhook(
         settings=settings,
-        policy=Policy(catalog, options),
+        policy=Policy(catalog, options, settings.exemption_namespaces or None),
         tls=tls,
         metrics=Metrics(),
         review_log=ReviewLog(enabled=settings.log_level in ("debug", "info")),
