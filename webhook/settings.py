@@ -48,6 +48,10 @@ class Settings(BaseSettings):
     request_timeout_seconds: float = Field(default=10.0, gt=0)
     # On SIGTERM idle keep-alive connections stay open this long to answer a request in flight.
     shutdown_drain_seconds: float = Field(default=2.0, ge=0)
+    # A request's line and headers larger than this are answered 431 (the API server sends < 1 KiB).
+    max_head_bytes: int = Field(default=32 * 1024, ge=1024)
+    # Open connections at most (about 38 KiB each over TLS): above it the one idle longest closes.
+    max_connections: int = Field(default=1000, ge=16)
     print_webhook_configs: bool = True
     # selfManaged certificates (the chart's certificates.mode=selfManaged): the server keeps its
     # CA and serving certificate in this Secret and the caBundle of the named configurations

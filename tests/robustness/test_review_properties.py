@@ -168,7 +168,7 @@ def node_selector(draw: st.DrawFn) -> Any:
             st.sampled_from([*MACHINE_TYPES, "tpu7", "tpu-v9-slice", "tpu-v4-podslices"]),
             st.text(max_size=12),
             st.none(),
-            st.integers(),
+            st.integers(-(2**63), 2**63 - 1),  # JSON from the API server: int64
         )
     )
     if accelerator is not None:

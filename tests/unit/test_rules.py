@@ -123,6 +123,13 @@ def _leader_elsewhere() -> dict[str, Any]:
     }
 
 
+def _many_containers() -> dict[str, Any]:
+    obj = pod("tpu-v5-lite-podslice", "2x4", **chips(8))
+    sidecar = {"name": "sidecar", "image": "busybox"}
+    obj["spec"]["containers"] += [{**sidecar, "name": f"sidecar-{i}"} for i in range(199)]
+    return obj
+
+
 # One input per code, whose messages include the registry's example.
 INPUTS: dict[str, Any] = {
     "tpu.accelerator-missing": lambda: pod(None, "2x4", **chips(4)),
@@ -154,6 +161,7 @@ INPUTS: dict[str, Any] = {
     "tpu.hostnames-disabled": lambda: _jobset(enableDNSHostnames=False),
     "tpu.slice-shape-mismatch": _leader_elsewhere,
     "tpu.multislice-env-conflict": _megascale,
+    "tpu.checked-partly": _many_containers,
 }
 
 

@@ -8,12 +8,14 @@ metrics and the review log all read the verdict it returns.
 from __future__ import annotations
 
 from binascii import b2a_base64
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
+from webhook.policy.bounds import MAX_FINDINGS
 from webhook.policy.decide import Verdict
-from webhook.policy.violations import aggregate
+from webhook.policy.violations import Violation, aggregate
 
 
 def in_mode(verdict: Verdict, mode: str) -> Verdict:
@@ -43,11 +45,19 @@ def build_response(api_version: str, uid: str, verdict: Verdict, mode: str) -> d
         response["patchType"] = "JSONPatch"
         response["patch"] = b2a_base64(orjson.dumps(answered.patch), newline=False).decode()
     if answered.warnings:
-        response["warnings"] = [w.message for w in answered.warnings]
+        response["warnings"] = warnings(answered.warnings)
     annotations = _audit_annotations(verdict, mode)
     if annotations:
         response["auditAnnotations"] = annotations
     return {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
+
+
+def warnings(found: Sequence[Violation]) -> list[str]:
+    """The warnings' messages: at most MAX_FINDINGS, then one saying how many more."""
+    messages = [w.message for w in found[:MAX_FINDINGS]]
+    if len(found) > MAX_FINDINGS:
+        messages.append(f"and {len(found) - MAX_FINDINGS} more warnings")
+    return messages
 
 
 def _audit_annotations(verdict: Verdict, mode: str) -> dict[str, str]:

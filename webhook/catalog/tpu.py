@@ -31,6 +31,9 @@ QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 OPT_OUT_LABEL = "tpu-webhook.io/ignore"
 HOST_NETWORK_DNS_POLICY = "ClusterFirstWithHostNet"
 MAX_HOSTNAME_LENGTH = 63
+# A label value (the TPU selectors, the slice annotation's value as a topology): a longer one
+# matches no node, and nothing is computed on it.
+MAX_LABEL_VALUE_LENGTH = 63
 MAX_PORT_NAME_LENGTH = 15  # a container port's name is an IANA service name
 
 
@@ -142,6 +145,8 @@ def _squeezed(text: str) -> str:
 
 def topology_dimensions(topology: str) -> tuple[int, ...] | None:
     """`"2x2x4"` -> (2, 2, 4); None when malformed."""
+    if len(topology) > MAX_LABEL_VALUE_LENGTH:
+        return None
     parts = topology.split("x")
     if not all(part.isdigit() and part[0] != "0" for part in parts) or len(parts) not in (2, 3):
         return None
@@ -169,8 +174,8 @@ class Catalog:
         generation's mark (`tpu-v5e-...` is never taken for `tpu-v5p-slice`). A label of an
         unknown generation (`tpu-v9-slice`, `tpu8`) may be a newer one, never a mistake.
         """
-        if value in self.unverified:
-            return None
+        if value in self.unverified or len(value) > MAX_LABEL_VALUE_LENGTH:
+            return None  # no label that long: not a typo (and no edit distance on it)
         known = self._near_misses.get(_squeezed(value))
         if known is not None:
             return known

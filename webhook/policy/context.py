@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.catalog.tpu import OPT_OUT_LABEL, QUEUE_NAME_LABEL, SKIP_CHECK_ANNOTATION
+from webhook.policy.bounds import MAX_OWNER_REFERENCES
 from webhook.policy.workloads import owner_role
 
 
@@ -92,11 +93,6 @@ class Context:
 
 def read_context(obj: Mapping[str, Any], exemptions: Exemptions = EXEMPTIONS) -> Context:
     return Context(obj, exemptions)
-
-
-# ownerReferences examined for the controlling one: the API server accepts any number, and only
-# one may be the controller; a hostile list is not read past this many entries.
-MAX_OWNER_REFERENCES = 64
 
 
 def controlling_owner(metadata: Mapping[str, Any]) -> Owner | None:

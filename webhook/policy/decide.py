@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from webhook.catalog.tpu import TPU_RESOURCE, Catalog, SliceShape
-from webhook.policy import slice_rules, spec_rules
+from webhook.policy import partial, slice_rules, spec_rules
 from webhook.policy.context import (
     EXEMPTIONS,
     Context,
@@ -164,11 +164,12 @@ def violations(
         context = read_context(obj, exemptions)
     if context.opted_out or context.skip_checks:
         return []
-    found: list[Violation] = []
+    found: list[Violation] = partial.check_templates_read(obj, workload)
     as_written: list[Violation] = []  # what belongs to the object a user wrote
     for site, tpu in sites:
         if skips_checks(tpu.annotations, exemptions):
             continue
+        found += partial.check_pod_spec_read(tpu)
         found += check_pod_spec(tpu, catalog, context.deferred)
         shape = slice_shape(tpu, catalog)
         if shape is None:

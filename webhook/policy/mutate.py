@@ -14,12 +14,14 @@ from webhook.catalog.tpu import (
     JOB_COMPLETION_INDEX,
     JOB_NAME_LABEL,
     LEGACY_JOB_NAME_LABEL,
+    MAX_HOSTNAME_LENGTH,
     MAX_PORT_NAME_LENGTH,
     TPU_WORKER_HOSTNAMES,
     TPU_WORKER_ID,
     Port,
     SliceShape,
 )
+from webhook.policy.bounds import MAX_ENV, MAX_PORTS
 from webhook.policy.context import Context
 from webhook.policy.podspec import Container, TpuSpec, quantity
 from webhook.policy.violations import ErrorType, Violation
@@ -66,6 +68,12 @@ def add_missing_ports(tpu: TpuSpec, ports: Iterable[Port]) -> list[PatchOp]:
             break
     if target is None:
         return []
+    declared = 0
+    for c in tpu.containers:
+        listed = c.body.get("ports")
+        declared += len(listed) if isinstance(listed, list) else 0
+    if declared > MAX_PORTS or tpu.unread_containers:
+        return []  # which numbers are taken is not read: nothing is added
     numbers: set[object] = set()
     for c in tpu.containers:
         numbers |= _values(c.body.get("ports"), "containerPort")
@@ -94,6 +102,8 @@ def add_missing_env(tpu: TpuSpec, env: list[EnvVar]) -> list[PatchOp]:
         if container.init:
             continue
         present = container.body.get("env")
+        if isinstance(present, list) and len(present) > MAX_ENV:
+            continue  # an unread entry of the same name would win over ours
         names = _values(present, "name")
         missing = []
         for item in env:
@@ -136,15 +146,23 @@ def worker_env(
         service = tpu.spec["subdomain"]  # the user's, even empty or of a wrong type
     else:
         service, ops, warnings = _subdomain(tpu, name, shape)
-    if _listable(service, name):
+    if _listable(service, name, shape.hosts):
         env.append({"name": TPU_WORKER_HOSTNAMES, "value": hostnames(name, service, shape.hosts)})
     return env, ops, warnings
 
 
-def _listable(service: object, name: str) -> TypeGuard[str]:
-    """Whether the hostnames can be listed: a comma, the list's separator, is in no valid name
-    (the API server rejects the object after the mutation); a list with one is never written."""
-    return isinstance(service, str) and bool(service) and "," not in name and "," not in service
+def _listable(service: object, name: str, hosts: int) -> TypeGuard[str]:
+    """Whether the hostnames can be listed: each `<name>-<i>` a hostname (a DNS label, at most
+    63 characters: a longer one is refused at the owner, tpu.hostname-too-long) and the Service
+    one too; a comma, the list's separator, is in no valid name (the API server rejects the
+    object after the mutation): a list with one is never written."""
+    return (
+        isinstance(service, str)
+        and 0 < len(service) <= MAX_HOSTNAME_LENGTH
+        and len(name) + 1 + len(str(hosts - 1)) <= MAX_HOSTNAME_LENGTH
+        and "," not in name
+        and "," not in service
+    )
 
 
 def hostnames(name: str, service: str, hosts: int) -> str:
@@ -176,7 +194,7 @@ def _pod_worker_env(
         return [], [], []  # a Pod beyond the slice: nothing consistent to give it
     service, ops, warnings = _subdomain(tpu, job, shape)
     env: list[EnvVar] = [{"name": TPU_WORKER_ID, "value": index}]
-    if _listable(service, job):
+    if _listable(service, job, shape.hosts):
         env.append({"name": TPU_WORKER_HOSTNAMES, "value": hostnames(job, service, shape.hosts)})
     return env, ops, warnings
 
@@ -187,6 +205,8 @@ def _subdomain(
     present = tpu.spec.get("subdomain")
     if present is not None:  # the user's, even empty or of a wrong type
         return present, [], []
+    if len(name) > MAX_HOSTNAME_LENGTH:
+        return None, [], []  # no DNS label: the name is refused (tpu.hostname-too-long)
     field = tpu.at.child("subdomain")
     warning = Violation(
         "tpu.subdomain-defaulted",

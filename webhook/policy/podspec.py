@@ -23,6 +23,7 @@ from webhook.catalog.tpu import (
     SliceShape,
     topology_dimensions,
 )
+from webhook.policy.bounds import MAX_AFFINITY_TERMS, MAX_CONTAINERS
 from webhook.policy.paths import FieldPath, escape_pointer
 
 CONTAINER_LISTS = ("containers", "initContainers")
@@ -116,6 +117,7 @@ class TpuSpec:
     chips: tuple[ChipRequest, ...]  # app containers first, then init containers
     tpu_containers: tuple[Container, ...]  # those of `chips`, each once
     app_chips: tuple[ChipRequest, ...]  # those of `chips` on app containers
+    unread_containers: int = 0  # beyond MAX_CONTAINERS: neither checked nor patched
 
     @property
     def selector(self) -> FieldPath:
@@ -191,12 +193,15 @@ def read_tpu_spec(
     # Loops rather than comprehensions here and in the mutation: on Python 3.11 each
     # comprehension builds a function object and a frame, a measurable share of a review.
     found: list[Container] = []
+    room, unread = MAX_CONTAINERS, 0
     for list_name in CONTAINER_LISTS:
         items = spec.get(list_name)
         if isinstance(items, list):
-            for position, body in enumerate(items):
+            unread += max(0, len(items) - room)
+            for position, body in enumerate(items[:room]):
                 if isinstance(body, dict):
                     found.append(Container(at, pointer, list_name, position, body))
+            room = max(0, room - len(items))
     chips = _chip_requests(found)
     tpu_containers: list[Container] = []
     apps: list[ChipRequest] = []
@@ -230,6 +235,7 @@ def read_tpu_spec(
         tuple(chips),
         tuple(tpu_containers),
         tuple(apps),
+        unread,
     )
 
 
@@ -238,16 +244,39 @@ NO_SOURCES: dict[str, tuple[int, int]] = {}  # never written: a fresh dict is ma
 
 
 def _affinity_terms(spec: Mapping[str, Any]) -> list[Any]:
+    """The required node-affinity terms, up to MAX_AFFINITY_TERMS."""
     node: Any = spec
     for name in AFFINITY_TERMS:
         node = node.get(name) if isinstance(node, dict) else None
-    return node if isinstance(node, list) else []
+    return node[:MAX_AFFINITY_TERMS] if isinstance(node, list) else []
+
+
+def _expressions(term: object) -> list[Any]:
+    """A term's matchExpressions, up to MAX_AFFINITY_TERMS."""
+    expressions = term.get("matchExpressions") if isinstance(term, dict) else None
+    return expressions[:MAX_AFFINITY_TERMS] if isinstance(expressions, list) else []
+
+
+def _affinity_cut(spec: Mapping[str, Any]) -> bool:
+    """Whether the required node affinity has more terms, or a term more expressions, than are
+    read: then a TPU label it may name is not known in advance."""
+    node: Any = spec
+    for name in AFFINITY_TERMS:
+        node = node.get(name) if isinstance(node, dict) else None
+    if not isinstance(node, list):
+        return False
+    if len(node) > MAX_AFFINITY_TERMS:
+        return True
+    for term in node:
+        expressions = term.get("matchExpressions") if isinstance(term, dict) else None
+        if isinstance(expressions, list) and len(expressions) > MAX_AFFINITY_TERMS:
+            return True
+    return False
 
 
 def _affinity_names_tpu(spec: Mapping[str, Any]) -> bool:
     for term in _affinity_terms(spec):
-        expressions = term.get("matchExpressions") if isinstance(term, dict) else None
-        for expression in expressions if isinstance(expressions, list) else ():
+        for expression in _expressions(term):
             key = expression.get("key") if isinstance(expression, dict) else None
             if key in (ACCELERATOR_LABEL, TOPOLOGY_LABEL):
                 return True
@@ -263,9 +292,8 @@ def _affinity_value(
     value: object = None
     named = unnamed = 0
     for t, term in enumerate(_affinity_terms(spec)):
-        expressions = term.get("matchExpressions") if isinstance(term, dict) else None
         found = False
-        for e, expression in enumerate(expressions if isinstance(expressions, list) else ()):
+        for e, expression in enumerate(_expressions(term)):
             if not isinstance(expression, dict) or expression.get("key") != label:
                 continue
             values = expression.get("values")
@@ -288,13 +316,15 @@ def _affinity_value(
         unnamed += not found
     if named and unnamed:
         return SEVERAL
+    if value is not None and _affinity_cut(spec):
+        return SEVERAL  # a term beyond the bound may allow other nodes
     return value
 
 
 def _asks_chips(spec: Mapping[str, Any]) -> bool:
     for list_name in CONTAINER_LISTS:
         items = spec.get(list_name)
-        for body in items if isinstance(items, list) else ():
+        for body in items[:MAX_CONTAINERS] if isinstance(items, list) else ():
             resources = body.get("resources") if isinstance(body, dict) else None
             if isinstance(resources, dict) and any(
                 isinstance(r, dict) and TPU_RESOURCE in r
@@ -331,7 +361,13 @@ def quantity(value: object) -> Decimal | None:
     """The amount; +/-Infinity beyond the parser's range (larger than any VM); None if invalid."""
     if _memo(value):
         return _remembered_quantity(value)
-    return _quantity(value)
+    last = _last_long[0]  # one read: the worker thread of large reviews may replace it
+    if value is last[0]:
+        return last[1]  # the same long string again: rules read one value several times
+    amount = _quantity(value)
+    if isinstance(value, str):
+        _last_long[0] = (value, amount)
+    return amount
 
 
 def _whole_number(value: object) -> int | None:
@@ -368,6 +404,9 @@ def _memo(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
 
 
+# The last long string parsed, by identity: a review reads a value in several rules, and a long
+# one costs in proportion to its length. It holds at most one such string, until the next.
+_last_long: list[tuple[object, Decimal | None]] = [(None, None)]
 _remembered_quantity = functools.lru_cache(maxsize=MEMO_SIZE)(_quantity)
 _remembered_whole_number = functools.lru_cache(maxsize=MEMO_SIZE)(_whole_number)
 

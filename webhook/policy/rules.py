@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from webhook.policy.bounds import MAX_CONTAINERS, MAX_ENV, MAX_POD_TEMPLATES
+
 
 class Severity(Enum):
     DENY = "denies"
@@ -259,6 +261,20 @@ RULES: tuple[Rule, ...] = (
         'spec.template.spec.subdomain: Defaulted: "train": set to the Job name so the 4 hosts '
         'resolve as train-0.train .. train-3.train; create a headless Service named "train" '
         "(clusterIP: None) selecting the Job's Pods",
+    ),
+    Rule(
+        "tpu.checked-partly",
+        Severity.WARN,
+        f"an object larger than tpu-webhook reads: more than {MAX_CONTAINERS} containers in a "
+        f"pod spec, {MAX_ENV} env entries in a TPU container or {MAX_POD_TEMPLATES} pod "
+        "templates in a list; the rest is neither checked nor patched",
+        "",
+        "every step of a review is bounded so that no object can stall admission; what lies "
+        "beyond a bound may hold a mistake tpu-webhook did not see",
+        "split the workload, or check the part beyond the bound by hand",
+        f"spec.containers: Too many: 200: tpu-webhook reads the first {MAX_CONTAINERS} "
+        f"containers and init containers of a pod spec; the other {200 - MAX_CONTAINERS} were "
+        "neither checked nor patched",
     ),
     Rule(
         "tpu.host-network-dns",

@@ -19,9 +19,10 @@ from webhook.catalog.tpu import (
     TPU_WORKER_ID,
     SliceShape,
 )
+from webhook.policy.bounds import MAX_ENV
 from webhook.policy.paths import FieldPath
 from webhook.policy.podspec import Container, TpuSpec
-from webhook.policy.violations import ErrorType, Violation
+from webhook.policy.violations import ErrorType, Violation, shown
 from webhook.policy.workloads import Site, dig
 
 
@@ -98,28 +99,32 @@ def check_host_counts(obj: Mapping[str, Any], site: Site, shape: SliceShape) -> 
 
 def check_worker_env(tpu: TpuSpec, shape: SliceShape, advisory: bool = False) -> list[Violation]:
     """A user-set TPU_WORKER_HOSTNAMES lists every host (or, with several TPU containers per
-    host, every TPU container, as LeaderWorkerSet does); a TPU_WORKER_ID is in range."""
+    host, every TPU container, as LeaderWorkerSet does); a TPU_WORKER_ID is in range. Of
+    several entries of one name the last is the container's (as the kubelet reads them)."""
     found = []
     containers = max(1, len(tpu.app_chips))
     counts = sorted({shape.hosts, shape.hosts * containers})
     for container in tpu.tpu_containers:
-        for position, name, value in literal_env(container):
-            if name == TPU_WORKER_HOSTNAMES:
-                count = len([h for h in str(value).split(",") if h.strip()])
-                if count not in counts:
-                    listed = " or ".join(map(str, counts))
-                    found.append(
-                        Violation(
-                            "tpu.worker-env-conflict",
-                            env_value_field(container, position),
-                            ErrorType.INVALID,
-                            f"{TPU_WORKER_HOSTNAMES} lists {count} hosts but {shape.describe()}; "
-                            f"list {listed} hostnames or remove it to let tpu-webhook set it",
-                            value,
-                            advisory=advisory,
-                        )
+        last = {name: (position, value) for position, name, value in literal_env(container)}
+        if TPU_WORKER_HOSTNAMES in last:
+            position, value = last[TPU_WORKER_HOSTNAMES]
+            count = _listed(str(value), counts[-1])
+            if count not in counts:
+                listed = " or ".join(map(str, counts))
+                found.append(
+                    Violation(
+                        "tpu.worker-env-conflict",
+                        env_value_field(container, position),
+                        ErrorType.INVALID,
+                        f"{TPU_WORKER_HOSTNAMES} lists {count} hosts but {shape.describe()}; "
+                        f"list {listed} hostnames or remove it to let tpu-webhook set it",
+                        value,
+                        advisory=advisory,
                     )
-            elif name == TPU_WORKER_ID and not _in_range(value, counts[-1]):
+                )
+        if TPU_WORKER_ID in last:
+            position, value = last[TPU_WORKER_ID]
+            if not _in_range(value, counts[-1]):
                 found.append(
                     Violation(
                         "tpu.worker-env-conflict",
@@ -132,6 +137,15 @@ def check_worker_env(tpu: TpuSpec, shape: SliceShape, advisory: bool = False) ->
                     )
                 )
     return found
+
+
+def _listed(value: str, most: int) -> int:
+    """The hostnames a comma-separated list names (empty entries aside); past `most` + 1 entries
+    only the commas are counted (the list is too long either way)."""
+    parts = value.split(",", most + 1)
+    if len(parts) <= most + 1:
+        return len([h for h in parts if h.strip()])
+    return value.count(",") + 1
 
 
 def check_hostname_length(obj: Mapping[str, Any], site: Site, shape: SliceShape) -> list[Violation]:
@@ -152,7 +166,7 @@ def hostname_too_long(name: str, last: str, what: str = "host") -> list[Violatio
             "tpu.hostname-too-long",
             FieldPath.root("metadata", "name"),
             ErrorType.INVALID,
-            f"the last {what}'s hostname {json.dumps(last)} is {len(last)} characters and a "
+            f"the last {what}'s hostname {json.dumps(shown(last))} is {len(last)} characters and a "
             f"hostname is at most {MAX_HOSTNAME_LENGTH}; shorten the name to at most {room} "
             "characters",
             name,
@@ -208,13 +222,13 @@ def check_host_network_dns(tpu: TpuSpec, shape: SliceShape) -> list[Violation]:
 
 
 def literal_env(container: Container) -> list[tuple[int, str, object]]:
-    """(i of env[i], name, value) for every env entry with a literal value."""
+    """(i of env[i], name, value) for every env entry with a literal value, up to MAX_ENV."""
     env = container.body.get("env")
     if not isinstance(env, list):
         return []
     return [
         (i, item["name"], item["value"])
-        for i, item in enumerate(env)
+        for i, item in enumerate(env[:MAX_ENV])
         if isinstance(item, dict) and isinstance(item.get("name"), str) and "value" in item
     ]
 

@@ -16,6 +16,7 @@ from webhook.catalog.tpu import (
     SliceShape,
     topology_dimensions,
 )
+from webhook.policy.bounds import MAX_LABEL_VALUE
 from webhook.policy.podspec import (
     SEVERAL,
     Container,
@@ -26,7 +27,7 @@ from webhook.policy.podspec import (
     slice_options,
     whole_number,
 )
-from webhook.policy.violations import ErrorType, Violation
+from webhook.policy.violations import ErrorType, Violation, shown
 
 
 def check_accelerator(
@@ -40,7 +41,7 @@ def check_accelerator(
         if not tpu.chips:
             return []
         first = tpu.chips[0]
-        asks = f"{first.container.path} requests {first.value} {TPU_RESOURCE} chips"
+        asks = f"{first.container.path} requests {shown(first.value)} {TPU_RESOURCE} chips"
         if deferred is not None:
             return [
                 Violation(
@@ -66,6 +67,17 @@ def check_accelerator(
                 field,
                 ErrorType.INVALID,
                 f"must be a string, one of {catalog.names()}",
+                value,
+            )
+        ]
+    if len(value) > MAX_LABEL_VALUE:
+        return [
+            Violation(
+                "tpu.accelerator-unknown",
+                field,
+                ErrorType.INVALID,
+                f"must be no more than {MAX_LABEL_VALUE} characters (a label value): no node "
+                f"has it; use one of {catalog.names()}",
                 value,
             )
         ]
@@ -312,8 +324,8 @@ def check_requests_equal_limits(tpu: TpuSpec) -> list[Violation]:
                     "tpu.requests-limits-differ",
                     container.resource_path("limits", TPU_RESOURCE),
                     ErrorType.INVALID,
-                    f"must equal requests[{TPU_RESOURCE}] ({asked}); a Pod runs all chips of its "
-                    f"host, set both to the same count",
+                    f"must equal requests[{TPU_RESOURCE}] ({shown(asked)}); a Pod runs all chips "
+                    "of its host, set both to the same count",
                     _as_number(limit),
                 )
             )
@@ -332,7 +344,8 @@ def check_single_tpu_container(tpu: TpuSpec, catalog: Catalog) -> list[Violation
             r.field,
             ErrorType.FORBIDDEN,
             f"only one container may request {TPU_RESOURCE} on {accelerator.name} "
-            f"({first.container.path} requests {first.value}); move the chips to one container",
+            f"({first.container.path} requests {shown(first.value)}); move the chips to one "
+            "container",
         )
         for r in apps[1:]
     ]

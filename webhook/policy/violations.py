@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from webhook.policy.bounds import MAX_FINDINGS, MAX_VALUE_CHARS
 from webhook.policy.paths import FieldPath
 
 
@@ -19,10 +20,13 @@ class ErrorType(Enum):
     REQUIRED = "Required value"
     UNSUPPORTED = "Unsupported value"
     FORBIDDEN = "Forbidden"
+    TOO_MANY = "Too many"
     DEFAULTED = "Defaulted"  # warnings about a value tpu-webhook filled in
 
 
 _NO_VALUE = object()
+# A message is at most this long, whatever a rule put in it: the rest is cut.
+MAX_MESSAGE_CHARS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,22 +41,52 @@ class Violation:
     @property
     def message(self) -> str:
         if self.error in (ErrorType.REQUIRED, ErrorType.FORBIDDEN) or self.value is _NO_VALUE:
-            return f"{self.field}: {self.error.value}: {self.detail}"
-        return f"{self.field}: {self.error.value}: {render_value(self.value)}: {self.detail}"
+            text = f"{self.field}: {self.error.value}: {self.detail}"
+        else:
+            text = f"{self.field}: {self.error.value}: {render_value(self.value)}: {self.detail}"
+        if len(text) > MAX_MESSAGE_CHARS:
+            return text[: MAX_MESSAGE_CHARS - 20] + "... (message cut)"
+        return text
 
 
 def render_value(value: object) -> str:
-    """Values as the API server prints them: strings quoted, numbers bare."""
+    """Values as the API server prints them: strings quoted, numbers bare; a long one cut to
+    MAX_VALUE_CHARS characters, its length said."""
     if isinstance(value, str):
-        return json.dumps(value)
+        return json.dumps(shown(value))
     if isinstance(value, bool) or value is None:
         return json.dumps(value)
     if isinstance(value, int | float):
-        return str(value)
-    return json.dumps(value, sort_keys=True, default=str)
+        text = repr(value) if isinstance(value, float) else _digits(value)
+        return shown(text)
+    return shown(json.dumps(value, sort_keys=True, default=str))
+
+
+def shown(value: object) -> str:
+    """A user's value as it is quoted inside a message: cut beyond MAX_VALUE_CHARS."""
+    text = value if isinstance(value, str) else _digits(value) if _is_int(value) else str(value)
+    if len(text) <= MAX_VALUE_CHARS:
+        return text
+    return f"{text[:MAX_VALUE_CHARS]}... ({len(text)} characters)"
 
 
 def aggregate(violations: Sequence[Violation]) -> str:
-    """One message as Kubernetes aggregates errors: `a` or `[a, b]`."""
-    messages = [v.message for v in violations]
+    """One message as Kubernetes aggregates errors: `a` or `[a, b]`; at most MAX_FINDINGS of
+    them, then `and N more`."""
+    messages = [v.message for v in violations[:MAX_FINDINGS]]
+    if len(violations) > MAX_FINDINGS:
+        messages.append(f"and {len(violations) - MAX_FINDINGS} more")
     return messages[0] if len(messages) == 1 else "[" + ", ".join(messages) + "]"
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _digits(value: object) -> str:
+    """An int's digits; one too large to print in full (Python refuses beyond 4,300 digits, and
+    it would be slow) by its size."""
+    assert isinstance(value, int)
+    if -(10**100) < value < 10**100:
+        return str(value)
+    return f"a number of {value.bit_length() * 30103 // 100000 + 1} digits"

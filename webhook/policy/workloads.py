@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from webhook.catalog.tpu import JOB_COMPLETION_INDEX, POD_INDEX_LABEL
+from webhook.policy.bounds import MAX_POD_TEMPLATES
 from webhook.policy.paths import FieldPath
 
 Path = tuple[str, ...]
@@ -74,6 +75,11 @@ class Template:
     @property
     def in_list(self) -> bool:
         return EACH in self.path
+
+    @property
+    def list_path(self) -> Path:
+        """The list the template is an item of (`spec.replicatedJobs`); () outside lists."""
+        return self.path[: self.path.index(EACH)] if self.in_list else ()
 
     def site(self, body: Mapping[str, Any]) -> Site:
         """This template (outside any list) found in an object as `body`."""
@@ -159,7 +165,7 @@ def _expand(
         if not isinstance(node, list):
             return []
         found = []
-        for i, item in enumerate(node):
+        for i, item in enumerate(node[:MAX_POD_TEMPLATES]):
             found += _expand(item, rest, (*indices, i))
         return found
     if not isinstance(node, dict):

@@ -29,6 +29,7 @@ from webhook.policy.context import Exemptions
 from webhook.policy.decide import Options
 from webhook.serving.endpoint import AdmissionEndpoint
 from webhook.serving.metrics import Metrics
+from webhook.serving.offload import Offload
 from webhook.serving.reviewlog import ReviewLog
 from webhook.serving.tls import CertificateSource, ServingTLS
 from webhook.settings import Settings
@@ -52,6 +53,7 @@ class Webhook:
     tls: ServingTLS | None
     metrics: Metrics
     review_log: ReviewLog
+    offload: Offload
     source: CertificateSource | None = None  # None: the certificate files are watched
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
@@ -109,6 +111,7 @@ def create_app(
         tls=tls,
         metrics=Metrics(),
         review_log=ReviewLog(enabled=settings.log_level in ("debug", "info")),
+        offload=Offload(),
         source=source,
     )
     if tls is not None and tls.not_after is not None:
@@ -140,6 +143,7 @@ def _endpoint(webhook: Webhook, endpoint: str, mode: str) -> AdmissionEndpoint:
         webhook.metrics,
         webhook.review_log,
         webhook.settings.max_body_bytes,
+        webhook.offload,
     )
 
 
@@ -157,6 +161,7 @@ def _lifespan(webhook: Webhook) -> Any:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            webhook.offload.close()
             webhook.review_log.flush()
 
     return lifespan

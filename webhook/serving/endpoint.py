@@ -12,7 +12,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -21,6 +22,7 @@ from webhook.admission.responses import build_response, in_mode, outcome
 from webhook.admission.review import Request, ReviewError, parse_review_prefiltered
 from webhook.policy.decide import ALLOW, Verdict
 from webhook.serving.metrics import Metrics
+from webhook.serving.offload import Offload
 from webhook.serving.reviewlog import ReviewLine, ReviewLog
 
 Scope = MutableMapping[str, Any]
@@ -39,6 +41,14 @@ class HTTPProblem(Exception):
         self.status = status
 
 
+class Decided(NamedTuple):
+    status: int
+    data: bytes
+    result: str  # the outcome label of the metrics
+    request: Request | None
+    answered: Verdict | None
+
+
 @dataclass(frozen=True, slots=True)
 class AdmissionEndpoint:
     """POST <path>: one AdmissionReview in, one out. `?mode=warn` selects warn mode too."""
@@ -49,6 +59,7 @@ class AdmissionEndpoint:
     metrics: Metrics
     review_log: ReviewLog
     max_body_bytes: int
+    offload: Offload
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
@@ -58,48 +69,70 @@ class AdmissionEndpoint:
         started = time.perf_counter()
         metrics = self.metrics
         metrics.in_flight += 1
-        request: Request | None = None
-        answered: Verdict | None = None
         try:
-            body = await _read_body(scope, receive, self.max_body_bytes)
+            length = _declared_length(scope, self.max_body_bytes)
+            if self.offload.inline(length):
+                body = await _read_body(receive, self.max_body_bytes)
+                decided = self.decide(body, mode)
+            else:
+                async with self.offload.slots:
+                    body = await _read_body(receive, self.max_body_bytes)
+                    decided = await self.offload.run(partial(self.decide, body, mode))
+        except HTTPProblem as problem:
+            decided = Decided(problem.status, _error(str(problem)), "invalid", None, None)
+        finally:
+            metrics.in_flight -= 1
+        await _respond(send, decided.status, decided.data)
+        seconds = time.perf_counter() - started
+        request, answered = decided.request, decided.answered
+        kind = request.kind.kind if request is not None else ""
+        operation = request.operation if request is not None else ""
+        metrics.observe(self.endpoint, kind, operation, decided.result, answered, seconds)
+        if request is not None and self.review_log.enabled:
+            self.review_log.write(
+                _log_line(request, self.endpoint, mode, answered, decided.result, seconds)
+            )
+
+    def decide(self, body: bytes, mode: str) -> Decided:
+        """The answer to one review body: 200 with a review, 400, or 500 for our own bug."""
+        request: Request | None = None
+        try:
             api_version, request, may_be_tpu = parse_review_prefiltered(body)
             verdict = review_request(request, self.endpoint, self.policy) if may_be_tpu else ALLOW
             payload = build_response(api_version, request.uid, verdict, mode)
             answered = in_mode(verdict, mode)
-            status, data, result = 200, orjson.dumps(payload), outcome(answered)
-        except HTTPProblem as problem:
-            status, data, result = problem.status, _error(str(problem)), "invalid"
+            return Decided(200, orjson.dumps(payload), outcome(answered), request, answered)
         except ReviewError as error:
-            status, data, result = 400, _error(str(error)), "invalid"
+            return Decided(400, _error(str(error)), "invalid", request, None)
         except Exception:
             uid = request.uid if request is not None else ""
             log.exception("internal error answering review uid=%s", uid)
-            status, data, result = 500, _error("internal error; see the webhook log"), "error"
-        finally:
-            metrics.in_flight -= 1
-        await _respond(send, status, data)
-        seconds = time.perf_counter() - started
-        kind = request.kind.kind if request is not None else ""
-        operation = request.operation if request is not None else ""
-        metrics.observe(self.endpoint, kind, operation, result, answered, seconds)
-        if request is not None and self.review_log.enabled:
-            self.review_log.write(
-                _log_line(request, self.endpoint, mode, answered, result, seconds)
+            return Decided(
+                500, _error("internal error; see the webhook log"), "error", request, None
             )
 
 
-async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
+def _declared_length(scope: Scope, limit: int) -> int | None:
+    """The body's Content-Length (None: not given, chunked); HTTPProblem for a wrong content
+    type or a body over the cap."""
     content_type = b""
+    length: int | None = None
     for name, value in scope.get("headers", ()):
         if name == b"content-type":
             content_type = value
-        elif name == b"content-length" and value.isdigit() and int(value) > limit:
-            raise HTTPProblem(413, f"request body larger than {limit} bytes")
+        elif name == b"content-length" and value.isdigit():
+            length = int(value) if len(value) <= 16 else limit + 1
+            if length > limit:
+                raise HTTPProblem(413, f"request body larger than {limit} bytes")
     if (
         content_type != b"application/json"  # as the API server sends it
         and content_type.split(b";", 1)[0].strip().lower() != b"application/json"
     ):
         raise HTTPProblem(400, "content type must be application/json")
+    return length
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes:
     message = await receive()
     if message["type"] == "http.request" and not message.get("more_body", False):
         body: bytes = message.get("body", b"")  # the whole review at once, as the API server sends

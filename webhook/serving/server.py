@@ -95,7 +95,10 @@ def serve(settings: Settings) -> int:
         port=settings.port,
         loop="webhook.serving.protocol:WebhookLoop",  # a loop factory, named as uvicorn asks
         http=WebhookHttpProtocol.configured(
-            settings.request_timeout_seconds, settings.shutdown_drain_seconds
+            settings.request_timeout_seconds,
+            settings.shutdown_drain_seconds,
+            settings.max_head_bytes,
+            settings.max_connections,
         ),
         lifespan="on",
         access_log=False,

@@ -23,7 +23,7 @@ from webhook.policy.mutate import EnvVar
 from webhook.policy.paths import FieldPath
 from webhook.policy.podspec import TpuSpec
 from webhook.policy.slice_rules import env_value_field, literal_env
-from webhook.policy.violations import ErrorType, Violation
+from webhook.policy.violations import ErrorType, Violation, shown
 from webhook.policy.workloads import Site, dig
 
 NETWORK = ("spec", "network")
@@ -65,6 +65,7 @@ def check_multislice(obj: Mapping[str, Any], site: Site, tpu: TpuSpec) -> list[V
     `replicas` count the slices, not the JobSet's global replicas (other replicatedJobs, a
     Pathways head or a tensorboard, are no slices)."""
     rjob, replicas = replicated_job(obj, site)
+    named = json.dumps(shown(rjob))
     found = []
     for container in tpu.tpu_containers:
         for position, name, value in literal_env(container):
@@ -78,7 +79,7 @@ def check_multislice(obj: Mapping[str, Any], site: Site, tpu: TpuSpec) -> list[V
                         "tpu.multislice-env-conflict",
                         field,
                         ErrorType.INVALID,
-                        f"replicatedJob {json.dumps(rjob)} runs {replicas} slices (one per Job, "
+                        f"replicatedJob {named} runs {replicas} slices (one per Job, "
                         f"its replicas); set {MEGASCALE_NUM_SLICES} to {replicas} or remove it",
                         value,
                     )
@@ -89,8 +90,8 @@ def check_multislice(obj: Mapping[str, Any], site: Site, tpu: TpuSpec) -> list[V
                         "tpu.multislice-env-conflict",
                         field,
                         ErrorType.INVALID,
-                        f"every Job of replicatedJob {json.dumps(rjob)} would claim slice "
-                        f"{text}; take it from the Job's index: valueFrom.fieldRef.fieldPath "
+                        f"every Job of replicatedJob {named} would claim slice {shown(text)}; "
+                        "take it from the Job's index: valueFrom.fieldRef.fieldPath "
                         f"{SLICE_ID_REF}",
                         value,
                     )
@@ -135,9 +136,9 @@ def _check_coordinator(
             "tpu.multislice-env-conflict",
             field,
             ErrorType.INVALID,
-            f"the slices of replicatedJob {json.dumps(rjob)} meet at its first Pod, "
-            f"{expected}; set {MEGASCALE_COORDINATOR_ADDRESS} to it (with a port if you need "
-            "one) unless the coordinator runs elsewhere",
+            f"the slices of replicatedJob {json.dumps(shown(rjob))} meet at its first Pod, "
+            f"{shown(expected)}; set {MEGASCALE_COORDINATOR_ADDRESS} to it (with a port if you "
+            "need one) unless the coordinator runs elsewhere",
             text,
             advisory=True,
         )
@@ -177,7 +178,7 @@ def _check_hostname_length(
             "tpu.hostname-too-long",
             FieldPath.root("metadata", "name"),
             ErrorType.INVALID,
-            f"the last host's hostname {json.dumps(last)} is {len(last)} characters and a "
+            f"the last host's hostname {json.dumps(shown(last))} is {len(last)} characters and a "
             f"hostname is at most {MAX_HOSTNAME_LENGTH}; shorten the JobSet's or the "
             f"replicatedJob's name by {over} characters",
             name,

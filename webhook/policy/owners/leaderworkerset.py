@@ -21,7 +21,7 @@ from webhook.catalog.tpu import (
 from webhook.policy.paths import FieldPath
 from webhook.policy.podspec import TpuSpec, slice_shape
 from webhook.policy.slice_rules import hostname_too_long
-from webhook.policy.violations import ErrorType, Violation
+from webhook.policy.violations import ErrorType, Violation, shown
 from webhook.policy.workloads import LWS_TEMPLATE, Site, dig
 
 SIZE = (*LWS_TEMPLATE, "size")
@@ -108,7 +108,7 @@ def _check_leader_shape(
                     ErrorType.INVALID,
                     f"the leader requests chips, so it is host 0 of its workers' "
                     f"{shape.accelerator} {shape.topology} slice; set the worker template's "
-                    f"{json.dumps(theirs)}",
+                    f"{json.dumps(shown(theirs) if isinstance(theirs, str) else theirs)}",
                     mine,
                 )
             )
