@@ -201,13 +201,14 @@ def our_configurations(cp: ControlPlane, server: WebhookProcess) -> list[dict[st
 
 
 def denied(cp: ControlPlane, server: WebhookProcess) -> str:
-    """`admission webhook "<our validating webhook>" denied the request: `."""
+    """`admission webhook "<our validating webhook of CREATEs>" denied the request: `."""
     (name,) = [
         h["name"]
         for c in our_configurations(cp, server)
         for h in c["webhooks"]
         if c["kind"] == "ValidatingWebhookConfiguration"
         and h["clientConfig"]["url"].endswith("/validate")
+        and "CREATE" in h["rules"][0]["operations"]
     ]
     return f'admission webhook "{name}" denied the request: '
 
