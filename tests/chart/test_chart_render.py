@@ -919,6 +919,31 @@ def test_monitoring_objects_scrape_metrics_over_https(helm_env: dict[str, str]) 
     assert policy["ingress"][0]["ports"] == [{"port": "https", "protocol": "TCP"}]
 
 
+def readme_network_policy_values(tmp_path: Path) -> tuple[Path, list[Manifest]]:
+    """The chart README's networkPolicy example as a values file, and its `from` list."""
+    blocks = re.findall(r"```yaml\n(.*?)```", (CHART / "README.md").read_text(), re.DOTALL)
+    (text,) = [b for b in blocks if b.startswith("networkPolicy:\n")]
+    values = tmp_path / "network-policy-values.yaml"
+    values.write_text(text)
+    peers = YAML(typ="safe", pure=True).load(text)["networkPolicy"]["from"]
+    return values, peers
+
+
+def test_the_readme_network_policy_renders_the_gke_peers(
+    helm_env: dict[str, str], tmp_path: Path
+) -> None:
+    values, peers = readme_network_policy_values(tmp_path)
+    policy = only(render(helm_env, values), "NetworkPolicy")["spec"]
+    assert policy["ingress"] == [{"ports": [{"port": "https", "protocol": "TCP"}], "from": peers}]
+    (tunnel, direct) = peers
+    # one peer: the konnectivity-agent Pods of kube-system, not either of them alone
+    assert tunnel == {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+        "podSelector": {"matchLabels": {"k8s-app": "konnectivity-agent"}},
+    }
+    assert set(direct) == {"ipBlock"}
+
+
 def test_optional_objects_are_off_by_default(helm_env: dict[str, str]) -> None:
     optional = {"ServiceMonitor", "PodMonitoring", "NetworkPolicy", "ConfigMap", "Certificate"}
     assert not kinds(render(helm_env)) & optional
@@ -976,6 +1001,19 @@ def test_ci_values_file_is_accepted_by_the_api_server(
     text = "\n---\n".join(json.dumps(d) for d in applied)
     out = kubectl_ok(control_plane, "apply", "--dry-run=server", "-f", "-", input=text)
     assert out.count("(server dry run)") == len(applied)
+
+
+@pytest.mark.e2e
+def test_the_readme_network_policy_is_accepted_by_the_api_server(
+    control_plane: ControlPlane, helm_env: dict[str, str], tmp_path: Path
+) -> None:
+    ensure_namespace(control_plane, "chart-dry-run")
+    values, _ = readme_network_policy_values(tmp_path)
+    policy = only(render(helm_env, values, namespace="chart-dry-run"), "NetworkPolicy")
+    out = kubectl_ok(
+        control_plane, "apply", "--dry-run=server", "-f", "-", input=json.dumps(policy)
+    )
+    assert "(server dry run)" in out
 
 
 @pytest.mark.e2e
