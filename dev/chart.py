@@ -40,16 +40,55 @@ def url_mode_configurations(
     """The chart's Mutating and Validating WebhookConfigurations calling `base_url`
     (e.g. https://127.0.0.1:8443) with `ca_pem` as their caBundle. `extra_values` are more
     `--set` arguments (key=value)."""
+    with tempfile.TemporaryDirectory(prefix="tpu-webhook-ca-") as scratch:
+        ca_file = Path(scratch) / "ca.crt"
+        ca_file.write_bytes(ca_pem)
+        rendered = _template(
+            helm,
+            release,
+            namespace,
+            [
+                "--values", str(URL_VALUES),
+                "--set", f"webhook.url.base={base_url}",
+                "--set-file", f"webhook.url.caBundle={ca_file}",
+                *(arg for value in extra_values for arg in ("--set", value)),
+            ],
+        )  # fmt: skip
+    configurations = [obj for obj in rendered if obj.get("kind") in WEBHOOK_KINDS]
+    if [c["kind"] for c in configurations] != list(WEBHOOK_KINDS):
+        raise ChartError(f"helm template rendered {[o.get('kind') for o in rendered]}")
+    return configurations
+
+
+def server_environment(
+    extra_values: Sequence[str] = (), *, helm: Path | None = None
+) -> dict[str, str]:
+    """The TPU_WEBHOOK_* variables the chart's Deployment gives the server for `extra_values`
+    (`--set` key=value), by name: what a server outside the cluster needs to decide as the
+    chart's would."""
+    rendered = _template(
+        helm,
+        RELEASE,
+        NAMESPACE,
+        [
+            "--set", "image.repository=tpu-webhook.invalid/render-only",
+            *(arg for value in extra_values for arg in ("--set", value)),
+        ],
+    )  # fmt: skip
+    (deployment,) = [obj for obj in rendered if obj.get("kind") == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e["value"] for e in container["env"] if e["name"].startswith("TPU_WEBHOOK_")}
+
+
+def _template(
+    helm: Path | None, release: str, namespace: str, args: Sequence[str]
+) -> list[dict[str, Any]]:
+    """`helm template` of the chart with `args`, with throw-away helm state and no cluster."""
     helm = helm or tools_dir() / "helm"
     with tempfile.TemporaryDirectory(prefix="tpu-webhook-helm-") as scratch:
         home = Path(scratch)
-        (home / "ca.crt").write_bytes(ca_pem)
         command = [
-            str(helm), "template", release, str(CHART), "--namespace", namespace,
-            "--values", str(URL_VALUES),
-            "--set", f"webhook.url.base={base_url}",
-            "--set-file", f"webhook.url.caBundle={home / 'ca.crt'}",
-            *(arg for value in extra_values for arg in ("--set", value)),
+            str(helm), "template", release, str(CHART), "--namespace", namespace, *args
         ]  # fmt: skip
         env = {
             "HELM_CACHE_HOME": str(home / "cache"),
@@ -63,11 +102,7 @@ def url_mode_configurations(
         )
     if proc.returncode != 0:
         raise ChartError(f"helm template failed: {proc.stderr.strip()}")
-    rendered = [dict(obj) for _, obj in objects_in(proc.stdout, "helm template")]
-    configurations = [obj for obj in rendered if obj.get("kind") in WEBHOOK_KINDS]
-    if [c["kind"] for c in configurations] != list(WEBHOOK_KINDS):
-        raise ChartError(f"helm template rendered {[o.get('kind') for o in rendered]}")
-    return configurations
+    return [dict(obj) for _, obj in objects_in(proc.stdout, "helm template")]
 
 
 # A TPU Pod only tpu-webhook refuses (v5e offers no 2x3): registration goes live asynchronously.

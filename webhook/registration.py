@@ -1,10 +1,11 @@
 """Registration: the Mutating and Validating WebhookConfigurations that tell the API server what to
 send the webhook, from one definition.
 
-- `rules()` and `tpu_match_expression()` are generated from the policy's workload table (group,
-  version, resource, where each kind keeps its pod specs). The chart ships them as
-  `files/webhook-rules.json` and `files/tpu-workload.cel` (`make chart-files`; a unit test keeps
-  them identical), and its templates/webhooks.yaml renders the configurations from those files.
+- `rules()`, `tpu_match_expression()` and `spec_changed_expression()` are generated from the
+  policy's workload table (group, version, resource, where each kind keeps its pod specs). The
+  chart ships them as `files/webhook-rules.json`, `files/tpu-workload.cel` and
+  `files/spec-changed.cel` (`make chart-files`; a unit test keeps them identical), and its
+  templates/webhooks.yaml renders the configurations from those files.
 - `url_configurations()` is what the chart renders in url mode with its default values: what
   `tpu-webhook serve` prints in development mode. tests/chart checks it against `helm template`.
 """
@@ -42,11 +43,22 @@ class Kind:
     kind: str
     resource: str
     pod_specs: tuple[Steps, ...]  # from the object's root; EVERY_ITEM steps into lists
+    slice_fields: tuple[Steps, ...] = ()  # host counts, completion mode, retries: likewise
 
 
 def registered_kinds(workloads: Iterable[Workload] = WORKLOADS.values()) -> tuple[Kind, ...]:
     """The workload table, read for registration (the one place that reads its fields)."""
-    return tuple(Kind(w.group, w.version, w.kind, w.resource, w.pod_spec_paths) for w in workloads)
+    return tuple(
+        Kind(
+            w.group,
+            w.version,
+            w.kind,
+            w.resource,
+            w.pod_spec_paths,
+            tuple(p for t in w.templates if t.hosts for p in t.hosts.paths.values()),
+        )
+        for w in workloads
+    )
 
 
 def rules(kinds: Iterable[Kind] | None = None) -> list[dict[str, Any]]:
@@ -138,6 +150,28 @@ def _tpu_spec(s: str) -> str:
     )
 
 
+def spec_changed_expression(kinds: Iterable[Kind] | None = None) -> str:
+    """CEL that is true for a CREATE, and for an UPDATE that changes a top-level field holding
+    the kinds' pod specs or host counts: `spec`, for every kind of the table.
+
+    The server allows an UPDATE whose `spec` equals the old one's, whatever else it changes
+    (ownerReferences, finalizers, labels: the garbage collector's orphaning, the Job
+    controller's finalizers), so the API server need not send it; a `spec` missing on both
+    sides is unchanged there too. Runtime cost: `!=` on two maps costs a tenth of the smaller
+    one's top-level size in CEL's accounting, far below the matchConditions budget.
+    """
+    kinds = tuple(registered_kinds() if kinds is None else kinds)
+    roots = sorted({path[0] for kind in kinds for path in (*kind.pod_specs, *kind.slice_fields)})
+    if not roots:
+        raise ValueError("no kind says where it keeps its pod specs")
+    changed = "\n  || ".join(
+        f"(has(object.{r}) ? !has(oldObject.{r}) || object.{r} != oldObject.{r} "
+        f": has(oldObject.{r}))"
+        for r in roots
+    )
+    return f"request.operation != 'UPDATE'\n  || {changed}"
+
+
 # ------------------------------------------------------------------------- configurations
 
 
@@ -150,24 +184,36 @@ class Hook:
     path: str
     operations: tuple[str, ...]
     warn: str  # namespaces in warn mode: "any" (not selected on), "exclude" or "only"
-    warn_failure_policy: bool = False  # webhook.warnMode.failurePolicy, not webhook.failurePolicy
+    # whose failurePolicy: "create" (webhook.failurePolicy), "update"
+    # (webhook.validating.updateFailurePolicy) or "warn" (webhook.warnMode.failurePolicy)
+    failure_policy: str = "create"
+    spec_changed: bool = False  # an UPDATE is sent only when it changes the spec
     reinvocation: bool = False
 
 
+VALIDATING = "ValidatingWebhookConfiguration"
 HOOKS = (
     Hook(
         "mutate", "MutatingWebhookConfiguration", "/mutate", ("CREATE",), "any", reinvocation=True
     ),
+    Hook("validate", VALIDATING, "/validate", ("CREATE",), "exclude"),
     Hook(
-        "validate", "ValidatingWebhookConfiguration", "/validate", ("CREATE", "UPDATE"), "exclude"
+        "validate-update",
+        VALIDATING,
+        "/validate",
+        ("UPDATE",),
+        "exclude",
+        failure_policy="update",
+        spec_changed=True,
     ),
     Hook(
         "validate-warn",
-        "ValidatingWebhookConfiguration",
+        VALIDATING,
         "/validate/warn",
         ("CREATE", "UPDATE"),
         "only",
-        warn_failure_policy=True,
+        failure_policy="warn",
+        spec_changed=True,
     ),
 )
 
@@ -177,12 +223,24 @@ class ChartValues:
     """The chart's default values that shape the configurations (charts/tpu-webhook/values.yaml)."""
 
     failure_policy: str = "Fail"
+    update_failure_policy: str = "Ignore"
     warn_failure_policy: str = "Ignore"
     timeout_seconds: int = 5
     opt_out_label: str = "tpu-webhook.io/ignore"
     warn_label: str = "tpu-webhook.io/mode"
     warn_value: str = "warn"
     exclude_namespaces: tuple[str, ...] = ()
+    # webhook.exemptions: the objectSelector drops opted-out objects only while every namespace
+    # may opt out (a selector cannot be limited to namespaces: the server decides then)
+    exempt_opt_out_label: bool = True
+    exemption_namespaces: tuple[str, ...] = ()
+
+    def failure_policy_of(self, hook: Hook) -> str:
+        return {
+            "create": self.failure_policy,
+            "update": self.update_failure_policy,
+            "warn": self.warn_failure_policy,
+        }[hook.failure_policy]
 
 
 def url_configurations(
@@ -196,7 +254,9 @@ def url_configurations(
     (`webhook.url.base=<base_url>`, `webhook.url.caBundle=<ca_pem>`), without the chart's labels."""
     bundle = base64.b64encode(ca_pem.strip() + b"\n").decode()
     excluded = list(dict.fromkeys(("kube-system", namespace, *values.exclude_namespaces)))
-    condition = {"name": "tpu-workload", "expression": tpu_match_expression()}
+    tpu = {"name": "tpu-workload", "expression": tpu_match_expression()}
+    changed = {"name": "spec-changed", "expression": spec_changed_expression()}
+    object_selector = values.exempt_opt_out_label and not values.exemption_namespaces
     documents: dict[str, dict[str, Any]] = {}
     for hook in HOOKS:
         entry: dict[str, Any] = {
@@ -205,19 +265,18 @@ def url_configurations(
             "admissionReviewVersions": ["v1"],
             "sideEffects": "None",
             "timeoutSeconds": values.timeout_seconds,
-            "failurePolicy": (
-                values.warn_failure_policy if hook.warn_failure_policy else values.failure_policy
-            ),
+            "failurePolicy": values.failure_policy_of(hook),
             "matchPolicy": "Equivalent",
             "rules": [{**rule, "operations": list(hook.operations)} for rule in rules()],
             "namespaceSelector": {"matchExpressions": _namespaces(hook, excluded, values)},
-            "objectSelector": {
+        }
+        if object_selector:
+            entry["objectSelector"] = {
                 "matchExpressions": [
                     {"key": values.opt_out_label, "operator": "NotIn", "values": ["true"]}
                 ]
-            },
-            "matchConditions": [condition],
-        }
+            }
+        entry["matchConditions"] = [tpu, changed] if hook.spec_changed else [tpu]
         if hook.reinvocation:
             entry["reinvocationPolicy"] = "IfNeeded"
         document = documents.setdefault(
@@ -265,6 +324,7 @@ def chart_files() -> dict[str, str]:
     """The chart's generated files (charts/tpu-webhook/files/), by name."""
     return {
         "tpu-workload.cel": tpu_match_expression() + "\n",
+        "spec-changed.cel": spec_changed_expression() + "\n",
         "webhook-rules.json": orjson.dumps(rules(), option=orjson.OPT_INDENT_2).decode() + "\n",
     }
 

@@ -30,7 +30,13 @@ from dev.controlplane import REPO_ROOT, ControlPlane, tools_dir
 from tests.support.webhook_process import make_certs
 from webhook.catalog import load_catalog
 from webhook.policy.workloads import WORKLOADS
-from webhook.registration import rules, tpu_match_expression, url_configurations
+from webhook.registration import (
+    ChartValues,
+    rules,
+    spec_changed_expression,
+    tpu_match_expression,
+    url_configurations,
+)
 from webhook.settings import Settings
 
 CHART = REPO_ROOT / "charts" / "tpu-webhook"
@@ -199,6 +205,7 @@ def test_ci_values_file_renders_both_webhook_configurations(
     assert set(webhooks(docs)) == {
         "mutate.tpu-webhook.io",
         "validate.tpu-webhook.io",
+        "validate-update.tpu-webhook.io",
         "validate-warn.tpu-webhook.io",
     }
 
@@ -319,6 +326,9 @@ def test_schema_rejects_a_wrong_type(helm_env: dict[str, str], command: str) -> 
     [
         ("certificates.mode", "vault"),
         ("webhook.failurePolicy", "Retry"),
+        ("webhook.validating.updateFailurePolicy", "Never"),
+        ("webhook.exemptions.namespaces", "{Research}"),
+        ("webhook.exemptions.optOutLabel", "maybe"),
         ("webhook.timeoutSeconds", "31"),
         ("image.pullPolicy", "Sometimes"),
     ],
@@ -374,6 +384,17 @@ def test_a_base64_ca_bundle_is_rejected_as_not_pem(helm_env: dict[str, str]) -> 
     proc = template(helm_env, values, sets={"certificates.existingSecret.caBundle": b64})
     assert proc.returncode != 0
     assert "certificates.existingSecret.caBundle must be a PEM certificate" in proc.stderr
+
+
+def test_exemption_namespaces_with_another_opt_out_label_fail_with_the_reason(
+    helm_env: dict[str, str],
+) -> None:
+    # the server decides the object label then, and it reads tpu-webhook.io/ignore
+    sets = {"webhook.optOutLabel": "example.com/skip", "webhook.exemptions.namespaces[0]": "r"}
+    proc = template(helm_env, sets=sets)
+    assert proc.returncode != 0
+    assert "the server reads the label tpu-webhook.io/ignore" in proc.stderr
+    assert template(helm_env, sets={"webhook.optOutLabel": "example.com/skip"}).returncode == 0
 
 
 def test_disabling_the_deployment_outside_url_mode_fails(helm_env: dict[str, str]) -> None:
@@ -582,18 +603,36 @@ def test_rules_and_match_conditions_are_the_ones_generated_from_the_workload_tab
     }
     assert resources == {(w.group, w.resource) for w in WORKLOADS.values()}
     assert entry["matchConditions"][0]["expression"] == tpu_match_expression()
+    update = webhooks(render(helm_env))["validate-update.tpu-webhook.io"]
+    assert update["matchConditions"][1]["expression"] == spec_changed_expression()
 
 
+URL_MODE_VALUES = [
+    pytest.param([], ChartValues(), id="defaults"),
+    pytest.param(
+        ["webhook.validating.updateFailurePolicy=Fail", "webhook.exemptions.optOutLabel=false"],
+        ChartValues(update_failure_policy="Fail", exempt_opt_out_label=False),
+        id="update-fail-no-opt-out-label",
+    ),
+    pytest.param(
+        ["webhook.exemptions.namespaces={research}"],
+        ChartValues(exemption_namespaces=("research",)),
+        id="exemption-namespaces",
+    ),
+]
+
+
+@pytest.mark.parametrize(("sets", "values"), URL_MODE_VALUES)
 def test_what_serve_prints_in_development_mode_is_what_the_chart_renders_in_url_mode(
-    tmp_path: Path,
+    tmp_path: Path, sets: list[str], values: ChartValues
 ) -> None:
     make_certs(tmp_path)
     base = "https://127.0.0.1:18443"
-    rendered = url_mode_configurations(base, (tmp_path / "ca.crt").read_bytes())
+    rendered = url_mode_configurations(base, (tmp_path / "ca.crt").read_bytes(), extra_values=sets)
     for document in rendered:
         assert document["metadata"]["labels"]["app.kubernetes.io/name"] == "tpu-webhook"
         document["metadata"] = {"name": document["metadata"]["name"]}
-    assert rendered == url_configurations(base, (tmp_path / "ca.crt").read_bytes())
+    assert rendered == url_configurations(base, (tmp_path / "ca.crt").read_bytes(), values=values)
 
 
 # ------------------------------------------------------------------------- webhooks
@@ -608,6 +647,7 @@ def test_webhook_entries_have_the_required_fields(helm_env: dict[str, str]) -> N
         assert entry["matchPolicy"] == "Equivalent"
     assert entries["mutate.tpu-webhook.io"]["failurePolicy"] == "Fail"
     assert entries["validate.tpu-webhook.io"]["failurePolicy"] == "Fail"
+    assert entries["validate-update.tpu-webhook.io"]["failurePolicy"] == "Ignore"
     assert entries["validate-warn.tpu-webhook.io"]["failurePolicy"] == "Ignore"
     assert entries["mutate.tpu-webhook.io"]["reinvocationPolicy"] == "IfNeeded"
     assert "reinvocationPolicy" not in entries["validate.tpu-webhook.io"]
@@ -621,11 +661,21 @@ def test_failure_policy_and_timeout_come_from_values(helm_env: dict[str, str]) -
     assert {e["timeoutSeconds"] for e in entries.values()} == {10}
 
 
+def test_updates_have_their_own_failure_policy(helm_env: dict[str, str]) -> None:
+    entries = webhooks(render(helm_env, sets={"webhook.validating.updateFailurePolicy": "Fail"}))
+    assert entries["validate-update.tpu-webhook.io"]["failurePolicy"] == "Fail"
+    assert entries["validate-warn.tpu-webhook.io"]["failurePolicy"] == "Ignore"
+    unchanged = webhooks(render(helm_env, sets={"webhook.failurePolicy": "Ignore"}))
+    assert unchanged["validate-update.tpu-webhook.io"]["failurePolicy"] == "Ignore"
+    assert unchanged["mutate.tpu-webhook.io"]["failurePolicy"] == "Ignore"
+
+
 def test_rules_cover_every_kind_with_create_only_on_mutate(helm_env: dict[str, str]) -> None:
     entries = webhooks(render(helm_env))
     for name, operations in [
         ("mutate.tpu-webhook.io", ["CREATE"]),
-        ("validate.tpu-webhook.io", ["CREATE", "UPDATE"]),
+        ("validate.tpu-webhook.io", ["CREATE"]),
+        ("validate-update.tpu-webhook.io", ["UPDATE"]),
         ("validate-warn.tpu-webhook.io", ["CREATE", "UPDATE"]),
     ]:
         rules = entries[name]["rules"]
@@ -642,6 +692,7 @@ def test_service_paths_route_each_entry(helm_env: dict[str, str]) -> None:
     assert paths == {
         "mutate.tpu-webhook.io": "/mutate",
         "validate.tpu-webhook.io": "/validate",
+        "validate-update.tpu-webhook.io": "/validate",
         "validate-warn.tpu-webhook.io": "/validate/warn",
     }
     for entry in entries.values():
@@ -668,22 +719,93 @@ def test_namespace_selector_excludes_kube_system_the_release_namespace_and_opt_o
         ]
 
 
+@pytest.mark.parametrize(
+    "sets",
+    [
+        {"webhook.exemptions.optOutLabel": "false"},
+        {"webhook.exemptions.namespaces[0]": "research"},
+    ],
+)
+def test_no_object_selector_where_the_server_decides_the_opt_out_label(
+    helm_env: dict[str, str], sets: dict[str, str]
+) -> None:
+    entries = webhooks(render(helm_env, sets=sets))
+    assert len(entries) == 4
+    assert all("objectSelector" not in e for e in entries.values())
+    # the namespace label is the admin's: it stays
+    assert all(ns_expressions(e)[OPT_OUT_LABEL] == ("NotIn", ["true"]) for e in entries.values())
+
+
+def test_the_skip_annotation_switch_leaves_the_selectors_alone(helm_env: dict[str, str]) -> None:
+    url = CHART / "ci" / "url-values.yaml"  # one caBundle: selfSigned makes a new CA per render
+    sets = {"webhook.exemptions.skipAnnotation": "false"}
+    assert webhooks(render(helm_env, url, sets=sets)) == webhooks(render(helm_env, url))
+
+
+@pytest.mark.parametrize(
+    ("sets", "expected"),
+    [
+        ({}, ("true", "true", "[]")),
+        (
+            {
+                "webhook.exemptions.optOutLabel": "false",
+                "webhook.exemptions.skipAnnotation": "false",
+                "webhook.exemptions.namespaces": "{research,ml-team}",
+            },
+            ("false", "false", '["research","ml-team"]'),
+        ),
+    ],
+)
+def test_exemption_switches_reach_the_server_settings(
+    helm_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    sets: dict[str, str],
+    expected: tuple[str, str, str],
+) -> None:
+    env = env_of(render(helm_env, sets=sets))
+    names = (
+        "TPU_WEBHOOK_HONOUR_OPT_OUT_LABEL",
+        "TPU_WEBHOOK_HONOUR_SKIP_ANNOTATION",
+        "TPU_WEBHOOK_EXEMPTION_NAMESPACES",
+    )
+    assert tuple(env[n] for n in names) == expected
+    for name in names:  # the server reads them from its environment
+        monkeypatch.setenv(name, env[name])
+    settings = Settings()
+    assert settings.honour_opt_out_label is (expected[0] == "true")
+    assert settings.honour_skip_annotation is (expected[1] == "true")
+    assert settings.exemption_namespaces == frozenset(json.loads(expected[2]))
+
+
 def test_warn_mode_namespaces_go_to_the_warn_entry_only(helm_env: dict[str, str]) -> None:
     entries = webhooks(render(helm_env))
     assert ns_expressions(entries["validate.tpu-webhook.io"])[WARN_LABEL] == ("NotIn", ["warn"])
+    assert ns_expressions(entries["validate-update.tpu-webhook.io"])[WARN_LABEL] == (
+        "NotIn",
+        ["warn"],
+    )
     assert ns_expressions(entries["validate-warn.tpu-webhook.io"])[WARN_LABEL] == ("In", ["warn"])
     assert WARN_LABEL not in ns_expressions(entries["mutate.tpu-webhook.io"])
 
 
 def test_warn_mode_can_be_turned_off(helm_env: dict[str, str]) -> None:
     entries = webhooks(render(helm_env, sets={"webhook.warnMode.enabled": "false"}))
-    assert set(entries) == {"mutate.tpu-webhook.io", "validate.tpu-webhook.io"}
+    assert set(entries) == {
+        "mutate.tpu-webhook.io",
+        "validate.tpu-webhook.io",
+        "validate-update.tpu-webhook.io",
+    }
     assert WARN_LABEL not in ns_expressions(entries["validate.tpu-webhook.io"])
+    assert WARN_LABEL not in ns_expressions(entries["validate-update.tpu-webhook.io"])
 
 
 def test_match_conditions_are_present_by_default(helm_env: dict[str, str]) -> None:
-    for entry in webhooks(render(helm_env)).values():
-        (condition,) = entry["matchConditions"]
+    entries = webhooks(render(helm_env))
+    for name, entry in entries.items():
+        condition, *more = entry["matchConditions"]
+        # UPDATEs are sent only when they change the spec
+        sends_updates = name in ("validate-update.tpu-webhook.io", "validate-warn.tpu-webhook.io")
+        assert [c["name"] for c in more] == (["spec-changed"] if sends_updates else [])
         assert condition["name"] == "tpu-workload"
         for needle in (
             "cloud.google.com/gke-tpu-accelerator",
@@ -768,6 +890,7 @@ def test_url_mode_points_every_entry_at_the_base_url(helm_env: dict[str, str]) -
     assert urls == {
         "mutate.tpu-webhook.io": "https://127.0.0.1:18443/mutate",
         "validate.tpu-webhook.io": "https://127.0.0.1:18443/validate",
+        "validate-update.tpu-webhook.io": "https://127.0.0.1:18443/validate",
         "validate-warn.tpu-webhook.io": "https://127.0.0.1:18443/validate/warn",
     }
     assert all("service" not in e["clientConfig"] for e in webhooks(docs).values())
@@ -794,6 +917,31 @@ def test_monitoring_objects_scrape_metrics_over_https(helm_env: dict[str, str]) 
     policy = only(docs, "NetworkPolicy")["spec"]
     assert policy["policyTypes"] == ["Ingress"]
     assert policy["ingress"][0]["ports"] == [{"port": "https", "protocol": "TCP"}]
+
+
+def readme_network_policy_values(tmp_path: Path) -> tuple[Path, list[Manifest]]:
+    """The chart README's networkPolicy example as a values file, and its `from` list."""
+    blocks = re.findall(r"```yaml\n(.*?)```", (CHART / "README.md").read_text(), re.DOTALL)
+    (text,) = [b for b in blocks if b.startswith("networkPolicy:\n")]
+    values = tmp_path / "network-policy-values.yaml"
+    values.write_text(text)
+    peers = YAML(typ="safe", pure=True).load(text)["networkPolicy"]["from"]
+    return values, peers
+
+
+def test_the_readme_network_policy_renders_the_gke_peers(
+    helm_env: dict[str, str], tmp_path: Path
+) -> None:
+    values, peers = readme_network_policy_values(tmp_path)
+    policy = only(render(helm_env, values), "NetworkPolicy")["spec"]
+    assert policy["ingress"] == [{"ports": [{"port": "https", "protocol": "TCP"}], "from": peers}]
+    (tunnel, direct) = peers
+    # one peer: the konnectivity-agent Pods of kube-system, not either of them alone
+    assert tunnel == {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+        "podSelector": {"matchLabels": {"k8s-app": "konnectivity-agent"}},
+    }
+    assert set(direct) == {"ipBlock"}
 
 
 def test_optional_objects_are_off_by_default(helm_env: dict[str, str]) -> None:
@@ -856,6 +1004,19 @@ def test_ci_values_file_is_accepted_by_the_api_server(
 
 
 @pytest.mark.e2e
+def test_the_readme_network_policy_is_accepted_by_the_api_server(
+    control_plane: ControlPlane, helm_env: dict[str, str], tmp_path: Path
+) -> None:
+    ensure_namespace(control_plane, "chart-dry-run")
+    values, _ = readme_network_policy_values(tmp_path)
+    policy = only(render(helm_env, values, namespace="chart-dry-run"), "NetworkPolicy")
+    out = kubectl_ok(
+        control_plane, "apply", "--dry-run=server", "-f", "-", input=json.dumps(policy)
+    )
+    assert "(server dry run)" in out
+
+
+@pytest.mark.e2e
 def test_url_mode_installs_without_a_deployment(control_plane: ControlPlane) -> None:
     release, namespace = "tpu-url", "tpu-url-system"
     values = CHART / "ci" / "url-values.yaml"
@@ -876,7 +1037,11 @@ def test_url_mode_installs_without_a_deployment(control_plane: ControlPlane) -> 
         name = f"{release}-tpu-webhook"
         config = get_json(control_plane, "validatingwebhookconfiguration", name)
         urls = [w["clientConfig"]["url"] for w in config["webhooks"]]
-        assert urls == ["https://127.0.0.1:18443/validate", "https://127.0.0.1:18443/validate/warn"]
+        assert urls == [
+            "https://127.0.0.1:18443/validate",
+            "https://127.0.0.1:18443/validate",
+            "https://127.0.0.1:18443/validate/warn",
+        ]
         deployments = get_json(control_plane, "deployments", "-n", namespace)
         assert deployments["items"] == []
     finally:

@@ -124,7 +124,9 @@ def test_the_token_is_mounted_and_the_certificate_is_not(helm_env: dict[str, str
     assert not kinds(default) & RBAC
 
 
-def test_the_server_is_told_its_secret_names_and_timings(helm_env: dict[str, str]) -> None:
+def test_the_server_is_told_its_secret_names_and_timings(
+    helm_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     env = env_of(self_managed(helm_env))
     assert {k: v for k, v in env.items() if k.startswith("TPU_WEBHOOK_CERT_")} == {
         "TPU_WEBHOOK_CERT_SECRET": SECRET,
@@ -141,7 +143,9 @@ def test_the_server_is_told_its_secret_names_and_timings(helm_env: dict[str, str
     assert "TPU_WEBHOOK_TLS_CERT_FILE" not in env
     given = {k.removeprefix("TPU_WEBHOOK_").lower(): v for k, v in env.items()}
     assert set(given) <= set(Settings.model_fields)
-    settings = Settings.model_validate(given)  # the server accepts them as they are
+    for name, value in env.items():  # the server reads them from its environment
+        monkeypatch.setenv(name, value)
+    settings = Settings()  # and accepts them as they are
     assert settings.cert_secret == SECRET
     assert settings.cert_validity_days == 30
 

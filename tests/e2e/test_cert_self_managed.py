@@ -103,6 +103,7 @@ def test_the_server_fills_the_empty_secret_and_both_ca_bundles(
     bundles = FIRST.ca_bundles(cp)
     assert sorted(bundles) == [
         "mutatingwebhookconfiguration/mutate.tpu-webhook.io",
+        "validatingwebhookconfiguration/validate-update.tpu-webhook.io",
         "validatingwebhookconfiguration/validate-warn.tpu-webhook.io",
         "validatingwebhookconfiguration/validate.tpu-webhook.io",
     ]

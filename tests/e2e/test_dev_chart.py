@@ -26,6 +26,7 @@ def test_the_chart_renders_both_configurations_calling_the_given_url_with_the_gi
     assert [(h["name"], h["clientConfig"]["url"]) for h in hooks] == [
         ("mutate.tpu-webhook.io", "https://127.0.0.1:9443/mutate"),
         ("validate.tpu-webhook.io", "https://127.0.0.1:9443/validate"),
+        ("validate-update.tpu-webhook.io", "https://127.0.0.1:9443/validate"),
         ("validate-warn.tpu-webhook.io", "https://127.0.0.1:9443/validate/warn"),
     ]
     assert {base64.b64decode(h["clientConfig"]["caBundle"]) for h in hooks} == {CA}

@@ -432,3 +432,212 @@ def test_the_loop_sees_an_outage_one_replica_without_pre_stop(
     assert all("failed calling webhook" in f for f in loop.failures)
     assert all("no endpoints available for service" in f for f in loop.failures)
     assert any("mutate.tpu-webhook.io" in f for f in loop.failures)
+
+
+# ---------------------------------------------------------------------------- the outage
+
+OUTAGE = "tpu-outage"
+JOB_TRACKING = "batch.kubernetes.io/job-tracking"
+RUNNING_S = 40  # how long each Pod of the finishing Job runs: the outage begins meanwhile
+
+
+def tpu_job(name: str, *, sleep: int = 0, queued: bool = False) -> dict[str, Any]:
+    """A 4-host v4 2x2x4 Indexed Job of the printenv image (4 chips per Pod: the node's 16).
+
+    `queued`: as Kueue holds it, suspended in a queue with no TPU node labels yet (they come
+    from its ResourceFlavor when Kueue admits it)."""
+    container = {
+        "name": "main",
+        "image": PRINTENV_IMAGE,
+        "imagePullPolicy": "Never",
+        "command": ["/printenv", *([str(sleep)] if sleep else [])],
+        "resources": {
+            "requests": {"cpu": "50m", "memory": "16Mi", "google.com/tpu": "4"},
+            "limits": {"cpu": "50m", "memory": "16Mi", "google.com/tpu": "4"},
+        },
+    }
+    pod_spec: dict[str, Any] = {
+        "subdomain": name,
+        "restartPolicy": "Never",
+        "containers": [container],
+    }
+    metadata: dict[str, Any] = {"name": name}
+    if queued:
+        metadata["labels"] = {"kueue.x-k8s.io/queue-name": "tpu-queue"}
+    else:
+        pod_spec["nodeSelector"] = dict(TPU_LABELS)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata,
+        "spec": {
+            "suspend": queued,
+            "backoffLimit": 0,
+            "completions": 4,
+            "parallelism": 4,
+            "completionMode": "Indexed",
+            "template": {"spec": pod_spec},
+        },
+    }
+
+
+def headless_service(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name},
+        "spec": {"clusterIP": "None", "selector": {"job-name": name}},
+    }
+
+
+def job_pods(node: ClusterNode, name: str) -> list[dict[str, Any]]:
+    pods: list[dict[str, Any]] = get_json(node, "pods", "-n", OUTAGE, "-l", f"job-name={name}")[
+        "items"
+    ]
+    return pods
+
+
+def condition(obj: dict[str, Any], kind: str) -> bool:
+    return any(
+        c["type"] == kind and c["status"] == "True"
+        for c in obj.get("status", {}).get("conditions", [])
+    )
+
+
+def ready_endpoints(node: ClusterNode) -> list[str]:
+    slices = get_json(
+        node, "endpointslices", "-n", SYSTEM, "-l", f"kubernetes.io/service-name={DEPLOYMENT}"
+    )["items"]
+    return [
+        a
+        for s in slices
+        for e in s.get("endpoints") or []
+        if e.get("conditions", {}).get("ready")
+        for a in e["addresses"]
+    ]
+
+
+@pytest.fixture
+def outage_namespace(installed: ClusterNode) -> Iterator[str]:
+    kubectl_ok(installed, "create", "namespace", OUTAGE)
+    wait_default_service_account(installed, OUTAGE)
+    yield OUTAGE
+    installed.kubectl("delete", "namespace", OUTAGE, "--wait=false")
+
+
+def test_with_every_webhook_replica_down_only_creating_tpu_workloads_is_refused(
+    installed: ClusterNode, outage_namespace: str, node_figures: dict[str, str]
+) -> None:
+    """What an outage blocks, with the chart's defaults (chart README, "What an outage
+    blocks"): the cluster's own machinery on existing TPU workloads goes on; creating TPU
+    workloads, by a user or a controller, waits for the webhook."""
+    node, ns = installed, outage_namespace
+    replicas = get_json(node, "deployment", DEPLOYMENT, "-n", SYSTEM)["spec"]["replicas"]
+    figures = node_figures
+    finishing, queued = tpu_job("finishing", sleep=RUNNING_S), tpu_job("queued", queued=True)
+    manifest = [headless_service("finishing"), finishing, headless_service("queued"), queued]
+    listed = json.dumps({"apiVersion": "v1", "kind": "List", "items": manifest})
+    kubectl_ok(node, "create", "-n", ns, "-f", "-", input=listed)
+    running = node.wait_for(
+        "the finishing Job's 4 Pods Running, with the Job controller's tracking finalizer",
+        lambda: (
+            len(pods := job_pods(node, "finishing")) == 4
+            and all(p["status"].get("phase") == "Running" for p in pods)
+            and all(JOB_TRACKING in p["metadata"].get("finalizers", []) for p in pods)
+            and pods
+        ),
+        timeout=120,
+    )
+    assert len(running) == 4
+
+    # every replica down: no endpoint left for the API server to call
+    began = time.monotonic()
+    kubectl_ok(node, "-n", SYSTEM, "scale", "deployment", DEPLOYMENT, "--replicas=0")
+    node.wait_for(
+        "no webhook Pod and no ready endpoint",
+        lambda: not webhook_pods(node) and not ready_endpoints(node),
+        timeout=120,
+    )
+    figures["outage: scale to 0 -> no endpoint"] = f"{time.monotonic() - began:.1f} s"
+    outage_began = time.monotonic()
+    try:
+        # the outage began while the Job ran: what follows happened during it
+        assert not condition(get_json(node, "job", "finishing", "-n", ns), "Complete")
+        assert {p["status"]["phase"] for p in job_pods(node, "finishing")} == {"Running"}
+        # the Job's Pods finish; the Job controller removes its finalizers; the Job completes
+        node.wait_for(
+            "the finishing Job Complete",
+            lambda: condition(get_json(node, "job", "finishing", "-n", ns), "Complete"),
+            timeout=RUNNING_S + 120,
+        )
+        figures["outage: running Job -> Complete (after the outage began)"] = (
+            f"{time.monotonic() - outage_began:.1f} s"
+        )
+        finished = job_pods(node, "finishing")
+        assert [p["status"]["phase"] for p in finished] == ["Succeeded"] * 4
+        assert all(JOB_TRACKING not in p["metadata"].get("finalizers", []) for p in finished)
+
+        # deleting the Job deletes its Pods (the garbage collector, background propagation)
+        kubectl_ok(node, "delete", "job", "finishing", "-n", ns, "--timeout=60s")
+        node.wait_for(
+            "the finishing Job's Pods deleted", lambda: not job_pods(node, "finishing"), 120
+        )
+
+        # Kueue admits the queued Job: its flavor's node labels, then suspend: false
+        admitted = {"spec": {"suspend": False, "template": {"spec": {"nodeSelector": TPU_LABELS}}}}
+        unsuspend = node.kubectl(
+            "patch", "job", "queued", "-n", ns, "--type=merge", "-p", json.dumps(admitted)
+        )
+        assert unsuspend.returncode == 0, unsuspend.stderr
+        stored = get_json(node, "job", "queued", "-n", ns)["spec"]
+        assert stored["suspend"] is False
+        assert stored["template"]["spec"]["nodeSelector"] == TPU_LABELS
+
+        # ...but the Job controller cannot create its TPU Pods until the webhook is back
+        def failed_create() -> str | None:
+            fields = "involvedObject.name=queued,reason=FailedCreate"
+            events = get_json(node, "events", "-n", ns, "--field-selector", fields)["items"]
+            return str(events[0]["message"]) if events else None
+
+        message = node.wait_for("a FailedCreate event of the queued Job", failed_create, 120)
+        assert 'failed calling webhook "mutate.tpu-webhook.io"' in message
+        assert "no endpoints available for service" in message
+        assert job_pods(node, "queued") == []
+
+        # a user's new TPU Job is refused
+        refused = node.kubectl("create", "-n", ns, "-f", "-", input=json.dumps(tpu_job("new")))
+        assert refused.returncode != 0
+        assert 'failed calling webhook "mutate.tpu-webhook.io"' in refused.stderr
+        assert "no endpoints available for service" in refused.stderr
+        # and anything that is not a TPU workload is never sent
+        plain = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "plain"},
+            "spec": {"containers": [{"name": "c", "image": PRINTENV_IMAGE,
+                                     "imagePullPolicy": "Never", "command": ["/printenv"]}]},
+        }  # fmt: skip
+        kubectl_ok(node, "create", "-n", ns, "-f", "-", input=json.dumps(plain))
+        figures["outage: lasted"] = f"{time.monotonic() - outage_began:.1f} s"
+    finally:
+        kubectl_ok(node, "-n", SYSTEM, "scale", "deployment", DEPLOYMENT, f"--replicas={replicas}")
+        kubectl_ok(
+            node, "-n", SYSTEM, "rollout", "status", f"deployment/{DEPLOYMENT}",
+            "--timeout=240s", timeout=260,
+        )  # fmt: skip
+
+    # back: the Job controller's next try creates the queued Job's Pods, patched, and it runs
+    back = time.monotonic()
+    kubectl_ok(
+        node, "wait", "-n", ns, "--for=condition=Complete", "job/queued", "--timeout=240s",
+        timeout=260,
+    )  # fmt: skip
+    figures["outage over: replicas Ready -> the queued Job Complete"] = (
+        f"{time.monotonic() - back:.1f} s"
+    )
+    pods = job_pods(node, "queued")
+    assert len(pods) == 4
+    hostnames = ",".join(f"queued-{i}.queued" for i in range(4))
+    for pod in pods:
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        assert env["TPU_WORKER_HOSTNAMES"] == hostnames

@@ -21,7 +21,8 @@ from tests.e2e.conftest import wait_for
 pytestmark = pytest.mark.e2e
 
 INDEX = "batch.kubernetes.io/job-completion-index"
-DENIED = 'admission webhook "validate.tpu-webhook.io" denied the request: '
+# UPDATEs have their own entry (its failurePolicy is webhook.validating.updateFailurePolicy)
+DENIED_UPDATE = 'admission webhook "validate-update.tpu-webhook.io" denied the request: '
 V6E_4X4 = {
     "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
     "cloud.google.com/gke-tpu-topology": "4x4",
@@ -284,8 +285,8 @@ def test_kueue_admission_that_reveals_a_host_count_mismatch_is_refused(
     admitted = kueue_admits(control_plane, namespace)
     assert admitted.returncode != 0
     assert (
-        f"{DENIED}[spec.parallelism: Invalid value: 2: 4x4 = 16 chips at 4 per host needs 4 "
-        "hosts; set spec.parallelism and spec.completions to 4"
+        f"{DENIED_UPDATE}[spec.parallelism: Invalid value: 2: 4x4 = 16 chips at 4 per host "
+        "needs 4 hosts; set spec.parallelism and spec.completions to 4"
     ) in admitted.stderr
     stored = client.BatchV1Api(api).read_namespaced_job("queued", namespace)
     assert stored.spec.suspend is True

@@ -1,13 +1,16 @@
 """The matchConditions generator on kinds with several pod specs, some under lists (JobSet,
 LeaderWorkerSet, RayCluster shapes), judged by the real API server: a webhook registered with
 the generated rules and CEL, pointed at a closed port, is called (and fails) exactly for objects
-with a TPU pod spec at any of the paths, and never for the others."""
+with a TPU pod spec at any of the paths, and never for the others. And the chart's UPDATE entry
+on Pods, Jobs and the real CRDs of JobSet, LeaderWorkerSet and RayCluster: an UPDATE is sent
+when it changes the spec, never when it changes only labels, annotations or finalizers."""
 
 from __future__ import annotations
 
 import json
 import socket
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,7 +18,9 @@ from typing import Any
 
 import pytest
 
+from dev.chart import url_mode_configurations
 from dev.controlplane import ControlPlane
+from dev.operators import crd_dirs, install_crds
 from webhook.registration import Kind, rules, tpu_match_expression
 
 pytestmark = pytest.mark.e2e
@@ -224,3 +229,205 @@ def test_tpu_pod_specs_at_any_path_are_sent_and_only_those(
     control_plane: ControlPlane, registered: None, kind: str, spec: dict[str, Any], tpu: bool
 ) -> None:
     assert sent(create(control_plane, kind, spec)) == tpu
+
+
+# ------------------------------------------------------------------------------- UPDATE
+#
+# The chart's own `validate-update.tpu-webhook.io` entry (rendered by helm in url mode, at a
+# closed port, with updateFailurePolicy Fail so that a call shows), limited to one namespace.
+# Its rules and matchConditions are the chart's: an UPDATE sent fails with 'failed calling
+# webhook', one not sent goes through. The namespace carries the opt-out label so that the
+# suite's own registration (tests/e2e/conftest.py) stays out of it.
+
+UPDATE_NAMESPACE = "cel-updates"
+UPDATE_HOOK = "validate-update.tpu-webhook.io"
+TPU_SELECTOR = {
+    "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+    "cloud.google.com/gke-tpu-topology": "2x4",
+}
+
+
+def tpu_containers(count: int = 1, env: int = 0) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": f"c{i}",
+            "image": "i",
+            "env": [{"name": f"V{j}", "value": "x" * 40} for j in range(env)],
+            "resources": {"limits": {"google.com/tpu": "4"}, "requests": {"google.com/tpu": "4"}},
+        }
+        for i in range(count)
+    ]
+
+
+def tpu_pod_spec(**more: Any) -> dict[str, Any]:
+    return {"nodeSelector": TPU_SELECTOR, "containers": tpu_containers(), **more}
+
+
+def update_objects() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """By resource: a TPU object of each kind, held (suspended, no replicas) so that no
+    controller of the session makes anything from it, and a merge patch that changes its spec
+    in a way the API server (and the owner's own webhook, where one is registered) allows."""
+    template = {"metadata": {"labels": {"app": "x"}}, "spec": tpu_pod_spec(restartPolicy="Never")}
+    # large: 40 worker groups of 8 containers with 20 variables each (about 400 KB)
+    groups = [
+        {
+            "groupName": f"tpu-{g}",
+            "replicas": 1,
+            "numOfHosts": 2,
+            "rayStartParams": {},
+            "template": {
+                "spec": {"nodeSelector": TPU_SELECTOR, "containers": tpu_containers(8, env=20)}
+            },
+        }
+        for g in range(40)
+    ]
+    head = {
+        "rayStartParams": {},
+        "template": {"spec": {"containers": [{"name": "h", "image": "i"}]}},
+    }
+    return {
+        "pod": (
+            {"apiVersion": "v1", "kind": "Pod", "spec": tpu_pod_spec()},
+            {"spec": {"activeDeadlineSeconds": 600}},
+        ),
+        "job": (
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "spec": {"suspend": True, "parallelism": 2, "completions": 2, "template": template},
+            },
+            {"spec": {"parallelism": 1}},
+        ),
+        "jobset": (
+            {
+                "apiVersion": "jobset.x-k8s.io/v1alpha2",
+                "kind": "JobSet",
+                "spec": {
+                    "suspend": True,
+                    "replicatedJobs": [
+                        {
+                            "name": "slice",
+                            "replicas": 1,
+                            "template": {
+                                "spec": {"parallelism": 2, "completions": 2, "template": template}
+                            },
+                        }
+                    ],
+                },
+            },
+            {"spec": {"suspend": False}},
+        ),
+        "leaderworkerset": (
+            {
+                "apiVersion": "leaderworkerset.x-k8s.io/v1",
+                "kind": "LeaderWorkerSet",
+                "spec": {
+                    "replicas": 0,
+                    "leaderWorkerTemplate": {"size": 2, "workerTemplate": {"spec": tpu_pod_spec()}},
+                },
+            },
+            {"spec": {"replicas": 1}},
+        ),
+        "raycluster": (
+            {
+                "apiVersion": "ray.io/v1",
+                "kind": "RayCluster",
+                "spec": {"suspend": True, "headGroupSpec": head, "workerGroupSpecs": groups},
+            },
+            # a list is replaced whole by a merge patch: one group's replicas changed
+            {"spec": {"workerGroupSpecs": [{**groups[0], "replicas": 2}, *groups[1:]]}},
+        ),
+    }
+
+
+def sent_update(proc: subprocess.CompletedProcess[str]) -> bool:
+    if proc.returncode == 0:
+        return False
+    assert f'failed calling webhook "{UPDATE_HOOK}"' in proc.stderr, proc.stderr
+    return True
+
+
+def merge_patch(
+    cp: ControlPlane, resource: str, name: str, body: dict[str, Any]
+) -> subprocess.CompletedProcess[str]:
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as patch:  # larger than an argument
+        patch.write(json.dumps(body))
+        patch.flush()
+        return cp.kubectl(
+            "patch", "-n", UPDATE_NAMESPACE, resource, name, "--type=merge",
+            "--patch-file", patch.name,
+        )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def update_hook(control_plane: ControlPlane) -> Iterator[None]:
+    """The chart's UPDATE entry, live for one namespace (every test's object is made there)."""
+    cp = control_plane
+    install_crds(cp, crd_dirs().values(), time.monotonic() + 120)
+    (validating,) = [
+        c
+        for c in url_mode_configurations(
+            f"https://127.0.0.1:{closed_port()}",
+            cp.ca_pem,
+            release="cel-updates",
+            extra_values=[
+                "webhook.warnMode.enabled=false",
+                "webhook.failurePolicy=Ignore",  # CREATEs: the objects are made first
+                "webhook.validating.updateFailurePolicy=Fail",
+            ],
+        )
+        if c["kind"] == "ValidatingWebhookConfiguration"
+    ]
+    (entry,) = [h for h in validating["webhooks"] if h["name"] == UPDATE_HOOK]
+    entry["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": UPDATE_NAMESPACE}}
+    entry["timeoutSeconds"] = 2
+    validating["webhooks"] = [entry]
+    namespace = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": UPDATE_NAMESPACE, "labels": {"tpu-webhook.io/ignore": "true"}},
+    }
+    apply(cp, namespace)
+    canary, _ = update_objects()["job"]
+    canary["metadata"] = {"name": "canary"}
+    cp.kubectl("create", "-n", UPDATE_NAMESPACE, "-f", "-", input=json.dumps(canary), check=True)
+    apply(cp, validating)
+    try:
+        # live once a spec change of the canary is sent (each try changes it)
+        deadline = time.monotonic() + 60
+        tries = 0
+        while not sent_update(
+            merge_patch(cp, "job", "canary", {"spec": {"parallelism": tries % 2 + 1}})
+        ):
+            assert time.monotonic() < deadline, "the configuration never went live"
+            tries += 1
+            time.sleep(0.5)
+        yield
+    finally:
+        cp.kubectl(
+            "delete", "validatingwebhookconfiguration", "cel-updates-tpu-webhook", check=True
+        )
+        cp.kubectl("delete", "namespace", UPDATE_NAMESPACE, "--wait=false")
+
+
+@pytest.mark.parametrize("resource", sorted(update_objects()))
+def test_an_update_is_sent_when_it_changes_the_spec_and_never_when_it_changes_metadata(
+    control_plane: ControlPlane, update_hook: None, resource: str
+) -> None:
+    cp = control_plane
+    obj, patch = update_objects()[resource]
+    name = f"{resource}-{uuid.uuid4().hex[:6]}"
+    obj["metadata"] = {"name": name}
+    created = cp.kubectl("create", "-n", UPDATE_NAMESPACE, "-f", "-", input=json.dumps(obj))
+    assert created.returncode == 0, created.stderr
+    at = ["-n", UPDATE_NAMESPACE, resource, name]
+
+    assert sent_update(merge_patch(cp, resource, name, patch))
+    # metadata only: never sent, whatever the object is
+    assert not sent_update(cp.kubectl("label", *at, "team=a"))
+    assert not sent_update(cp.kubectl("annotate", *at, "note=x"))
+    held = {"metadata": {"finalizers": ["example.com/hold"]}}
+    assert not sent_update(merge_patch(cp, resource, name, held))
+    assert not sent_update(merge_patch(cp, resource, name, {"metadata": {"finalizers": None}}))
+    # and the spec again, after all of them: still sent
+    assert sent_update(merge_patch(cp, resource, name, patch))

@@ -68,6 +68,12 @@ def certificate_figures(request: pytest.FixtureRequest) -> dict[str, str]:
     return _figures_of(request.config, "selfManaged certificates")
 
 
+@pytest.fixture(scope="session")
+def deletion_figures(request: pytest.FixtureRequest) -> dict[str, str]:
+    """How long the orphaning deletes of owners with the real operators took."""
+    return _figures_of(request.config, "orphaning deletes")
+
+
 @pytest.fixture(scope="module")
 def cluster_node(
     request: pytest.FixtureRequest, built_image: BuiltImage, node_figures: dict[str, str]

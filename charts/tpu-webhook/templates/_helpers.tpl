@@ -161,6 +161,9 @@ by every template that depends on them, so `helm template -s` of any file still 
 {{- if and .Values.deployment.enabled (not .Values.image.repository) }}
 {{- fail "image.repository is required: no public tpu-webhook image is published. Build it from the repository's Dockerfile, push it to a registry your nodes can pull from, and set image.repository (e.g. --set image.repository=europe-docker.pkg.dev/PROJECT/REPO/tpu-webhook, with image.tag or image.digest). Without a pullable image the chart would register failurePolicy Fail webhooks that no Pod can serve." }}
 {{- end }}
+{{- if and .Values.webhook.exemptions.namespaces (ne .Values.webhook.optOutLabel "tpu-webhook.io/ignore") }}
+{{- fail "webhook.exemptions.namespaces makes the server decide the object label opt-out, and the server reads the label tpu-webhook.io/ignore: set webhook.optOutLabel to it, or leave webhook.exemptions.namespaces empty" }}
+{{- end }}
 {{- if eq .Values.certificates.mode "existingSecret" }}
 {{- if and .Values.deployment.enabled (not .Values.certificates.existingSecret.name) }}
 {{- fail "certificates.existingSecret.name is required when certificates.mode is existingSecret" }}

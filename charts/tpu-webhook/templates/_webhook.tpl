@@ -78,26 +78,41 @@ namespaceSelector:
     {{- end }}
 {{- end }}
 
-{{/* objectSelector: an object labelled <optOutLabel>=true is never sent. */}}
+{{/*
+objectSelector: an object labelled <optOutLabel>=true is never sent, while every namespace may use
+that opt-out (webhook.exemptions.optOutLabel true, webhook.exemptions.namespaces empty). Otherwise
+nothing is rendered and the server decides: a selector cannot be limited to namespaces.
+*/}}
 {{- define "tpu-webhook.objectSelector" -}}
+{{- $ex := .Values.webhook.exemptions -}}
+{{- if and $ex.optOutLabel (not $ex.namespaces) -}}
 objectSelector:
   matchExpressions:
     - key: {{ .Values.webhook.optOutLabel | quote }}
       operator: NotIn
       values: ["true"]
 {{- end }}
+{{- end }}
 
 {{/*
 matchConditions (CEL, evaluated by the API server before calling us): send only objects whose
 pod spec has a TPU nodeSelector key or a container/initContainer requesting or limiting
-google.com/tpu. files/tpu-workload.cel is generated from the webhook's workload table
-(`make chart-files`, webhook/registration.py); a unit test keeps it identical.
+google.com/tpu; with "changed", an UPDATE only when it changes the spec (pod templates, host
+counts): the server allows every other UPDATE anyway. files/tpu-workload.cel and
+files/spec-changed.cel are generated from the webhook's workload table (`make chart-files`,
+webhook/registration.py); a unit test keeps them identical.
+Call with (dict "root" $ "changed" <bool>).
 */}}
 {{- define "tpu-webhook.matchConditions" -}}
-{{- if .Values.webhook.matchConditions.enabled -}}
+{{- if .root.Values.webhook.matchConditions.enabled -}}
 matchConditions:
   - name: tpu-workload
     expression: |-
-      {{- .Files.Get "files/tpu-workload.cel" | trim | nindent 6 }}
+      {{- .root.Files.Get "files/tpu-workload.cel" | trim | nindent 6 }}
+  {{- if .changed }}
+  - name: spec-changed
+    expression: |-
+      {{- .root.Files.Get "files/spec-changed.cel" | trim | nindent 6 }}
+  {{- end }}
 {{- end }}
 {{- end }}
