@@ -13,7 +13,9 @@
 # `python3` and its interpreter link points into the same base in both stages.
 ARG PYTHON_IMAGE=python:3.11.15-slim-bookworm@sha256:d29f48a31a8b408ed19272ca1e7b10ebae13b240a27e862d3d4217c528e2e0c3
 
-# ---- builder: a virtual environment at /opt/venv with the wheel and its pinned dependencies.
+# ---- builder: a virtual environment at /opt/venv with the wheel and exactly the locked
+# dependencies (docker/requirements.lock: every file checked against its sha256, wheels only),
+# and its SBOM. pip, setuptools and the SBOM generator stay in a throw-away environment here.
 FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
@@ -21,14 +23,16 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 WORKDIR /src
 COPY docker/install.sh /usr/local/bin/install-tpu-webhook
 COPY pyproject.toml README.md ./
+COPY docker/requirements.lock docker/build-requirements.lock ./docker/
 COPY webhook ./webhook
 # An optional build secret `pip-ca` (a CA bundle, e.g. of a TLS-inspecting proxy in front of the
 # package index) is used by pip and never stored in a layer:
 #   docker build --secret id=pip-ca,src=/etc/ssl/certs/ca-certificates.crt ...
 RUN --mount=type=secret,id=pip-ca,required=false \
-    ["/bin/sh", "/usr/local/bin/install-tpu-webhook", "/opt/venv", "/src"]
+    ["/bin/sh", "/usr/local/bin/install-tpu-webhook", "/opt/venv", "/src", "/usr/share/doc/tpu-webhook/sbom.cdx.json"]
 
-# ---- runtime: the same base, the venv only (no build tools, no sources), a non-root user.
+# ---- runtime: the same base without its installers, the venv and its SBOM (no build tools, no
+# sources), a non-root user. What it holds and why: README.md, "What the image contains".
 FROM ${PYTHON_IMAGE}
 ARG VERSION=0.1.0
 ARG REVISION=unknown
@@ -38,7 +42,12 @@ LABEL org.opencontainers.image.title="tpu-webhook" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.base.name="docker.io/library/python:3.11.15-slim-bookworm" \
-      org.opencontainers.image.base.digest="sha256:d29f48a31a8b408ed19272ca1e7b10ebae13b240a27e862d3d4217c528e2e0c3"
+      org.opencontainers.image.base.digest="sha256:d29f48a31a8b408ed19272ca1e7b10ebae13b240a27e862d3d4217c528e2e0c3" \
+      io.tpu-webhook.sbom="/usr/share/doc/tpu-webhook/sbom.cdx.json"
+
+# No pip, setuptools or wheel (nor ensurepip's wheels) from the base: nothing here installs.
+RUN --mount=type=bind,source=docker/remove-installers.sh,target=/run/remove-installers.sh \
+    ["/bin/sh", "/run/remove-installers.sh"]
 
 # uid/gid 65532 ("nonroot", as in distroless): the chart's runAsUser.
 RUN groupadd --system --gid 65532 nonroot \
@@ -46,6 +55,9 @@ RUN groupadd --system --gid 65532 nonroot \
       --shell /usr/sbin/nologin nonroot
 
 COPY --from=builder /opt/venv /opt/venv
+# CycloneDX: tpu-webhook and every distribution in /opt/venv, with the sha256 of each file
+# installed (also written next to the image by docker/build-local.sh).
+COPY --from=builder /usr/share/doc/tpu-webhook/sbom.cdx.json /usr/share/doc/tpu-webhook/sbom.cdx.json
 
 # The root filesystem is read-only in the cluster: no .pyc writes (pip compiled them at build
 # time), unbuffered logs, listen on all interfaces of the Pod.

@@ -10,14 +10,16 @@
 # 2. The image: `buildah bud` of the Dockerfile with --build-arg PYTHON_IMAGE=<that base>, so the
 #    shipped Dockerfile keeps its official python base. RUN steps use chroot isolation (this
 #    machine's OCI runtimes cannot set the rlimits and cgroups a container would get).
-# 3. `podman save` as a docker-archive (image.tar), which `ctr images import` reads too.
+# 3. `podman save` as a docker-archive (image.tar), which `ctr images import` reads too, and the
+#    image's SBOM (the file its label io.tpu-webhook.sbom names) copied out as sbom.cdx.json.
 #
 # Caches, under ${TPU_WEBHOOK_IMAGE_CACHE:-$HOME/.cache/tpu-webhook/image}:
 #   base-<base key>.tar   <base key> = hash of the package list, mirrors and options + ISO week
 #                         (security updates are picked up weekly)
 #   <image key>/          <image key> = hash of the base key, Dockerfile, .dockerignore, this
-#                         script and every file of the build context; holds image.tar and
-#                         image.json (ref, id, size, build seconds)
+#                         script and every file of the build context (the lock files among
+#                         them); holds image.tar, sbom.cdx.json and image.json (ref, id, size,
+#                         build seconds, SBOM)
 # A cache hit does nothing but make sure the image is in the local container storage. Builds are
 # serialised with flock and published by rename, so an interrupted build leaves no partial cache.
 # PIP_CERT (or the system CA bundle) reaches pip as the build secret pip-ca, in no layer.
@@ -76,11 +78,12 @@ if ! podman image exists "$base_ref"; then
 fi
 
 # ----------------------------------------------------------------------------- the image
-# The build context is what .dockerignore lets in (checked by tests/image).
+# The build context is what .dockerignore lets in (its `!` lines; checked by tests/image).
 context_hash() {
-  find pyproject.toml README.md docker/install.sh webhook -type f \
-    ! -path '*/__pycache__/*' ! -name '*.py[cod]' -print0 | LC_ALL=C sort -z |
-    xargs -0 sha256sum
+  local allowed
+  mapfile -t allowed < <(sed -n 's:^!\(.*[^/]\)/*$:\1:p' .dockerignore)
+  find "${allowed[@]}" -type f ! -path '*/__pycache__/*' ! -name '*.py[cod]' -print0 |
+    LC_ALL=C sort -z | xargs -0 sha256sum
 }
 image_key="$({
   echo "$base_key"
@@ -91,7 +94,7 @@ version="$(awk -F'"' '/^version *=/ { print $2; exit }' pyproject.toml)"
 ref="$REPOSITORY:$version-$image_key"
 out="$cache/$image_key"
 
-if [[ -s "$out/image.tar" && -s "$out/image.json" ]]; then
+if [[ -s "$out/image.tar" && -s "$out/image.json" && -s "$out/sbom.cdx.json" ]]; then
   if ! podman image exists "$ref"; then
     podman load --quiet --input "$out/image.tar" >/dev/null
   fi
@@ -120,13 +123,18 @@ build_seconds=$((SECONDS - start))
 podman save --quiet --format docker-archive --output "$tmp/image.tar" "$ref"
 id="$(podman image inspect --format '{{.Id}}' "$ref")"
 size="$(podman image inspect --format '{{.Size}}' "$ref")"
+sbom_path="$(podman image inspect --format '{{index .Config.Labels "io.tpu-webhook.sbom"}}' "$ref")"
+container="$(podman create --quiet "$ref")"
+podman cp "$container:$sbom_path" "$tmp/sbom.cdx.json"
+podman rm --force "$container" >/dev/null
 cat >"$tmp/image.json" <<EOF
 {"ref": "$ref", "repository": "$REPOSITORY", "tag": "$version-$image_key", "id": "$id",
- "size_bytes": $size, "build_seconds": $build_seconds, "base": "$base_ref"}
+ "size_bytes": $size, "build_seconds": $build_seconds, "base": "$base_ref",
+ "sbom": "sbom.cdx.json", "sbom_in_image": "$sbom_path"}
 EOF
 chmod 0755 "$tmp"
 rm -rf "$out"
 mv -T "$tmp" "$out"
 trap - EXIT
-log "built $ref in $build_seconds s ($((size / 1048576)) MiB)"
+log "built $ref in $build_seconds s ($((size / 1048576)) MiB); SBOM: $out/sbom.cdx.json"
 echo "$out"
