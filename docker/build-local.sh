@@ -4,9 +4,14 @@
 #
 #   docker/build-local.sh            # last stdout line: the cache folder of the built image
 #
-# 1. A base: a Debian bookworm root file system made by mmdebstrap from Debian's packages
-#    (python3, python3-venv, ca-certificates, and passwd for the Dockerfile's groupadd/useradd),
-#    imported with `podman import` as localhost/tpu-webhook-base:<base key>.
+# 1. A base: a Debian bookworm root file system made by mmdebstrap from Debian's packages,
+#    imported with `podman import` as localhost/tpu-webhook-base:<base key>. It stands in for the
+#    shipped base, python:3.11.x-slim-bookworm, which this machine cannot pull: the same Debian
+#    release and the same Python minor version (Debian's python3 3.11.2 in /usr/bin where the
+#    official image has CPython 3.11.x built from source in /usr/local), the official image's
+#    other runtime packages (ca-certificates, netbase, tzdata), python3-venv for the builder's
+#    `python3 -m venv`, and passwd for the Dockerfile's groupadd/useradd. README.md, "What the
+#    image contains", lists the differences.
 # 2. The image: `buildah bud` of the Dockerfile with --build-arg PYTHON_IMAGE=<that base>, so the
 #    shipped Dockerfile keeps its official python base. RUN steps use chroot isolation (this
 #    machine's OCI runtimes cannot set the rlimits and cgroups a container would get).
@@ -31,7 +36,10 @@ cd "$root"
 REPOSITORY=localhost/tpu-webhook
 BASE_REPOSITORY=localhost/tpu-webhook-base
 SUITE=bookworm
-PACKAGES=python3,python3-venv,ca-certificates,passwd
+PACKAGES=python3,python3-venv,ca-certificates,netbase,tzdata,passwd
+# /usr merged by mmdebstrap's hook, with Debian's usr-is-merged, as in debian:bookworm-slim
+# (the usrmerge package would do it too, and bring perl).
+HOOKS=(--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr)
 MIRRORS=(
   "deb http://deb.debian.org/debian $SUITE main"
   "deb http://deb.debian.org/debian $SUITE-updates main"
@@ -61,14 +69,14 @@ exec 9>"$cache/.lock"
 flock 9
 
 # ------------------------------------------------------------------------------ the base
-base_key="$(printf '%s\n' "$SUITE" "$PACKAGES" "${MIRRORS[@]}" "${DPKG_OPTS[@]}" \
+base_key="$(printf '%s\n' "$SUITE" "$PACKAGES" "${MIRRORS[@]}" "${DPKG_OPTS[@]}" "${HOOKS[@]}" \
   "$(date -u +%G-W%V)" | short)"
 base_ref="$BASE_REPOSITORY:$base_key"
 base_tar="$cache/base-$base_key.tar"
 if [[ ! -s "$base_tar" ]]; then
   start=$SECONDS
   log "making the $SUITE root file system ($PACKAGES)"
-  mmdebstrap --quiet --variant=essential --include="$PACKAGES" "${DPKG_OPTS[@]}" \
+  mmdebstrap --quiet --variant=essential --include="$PACKAGES" "${DPKG_OPTS[@]}" "${HOOKS[@]}" \
     "$SUITE" "$cache/.partial-base.tar" "${MIRRORS[@]}" >&2  # the .tar suffix picks the format
   mv "$cache/.partial-base.tar" "$base_tar"
   log "root file system made in $((SECONDS - start)) s"

@@ -49,11 +49,11 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "charts" / "tpu-webhook"
 SEED = REPO_ROOT / "tests" / "seeds" / "v4-2x2x4-indexed-job.yaml"
 READY_TIMEOUT_S = 30
-#: The official python:3.11-slim-bookworm based image is ~150 MB; the Debian-built base carries
-#: Debian's full python3 (~200 MB); the `kubernetes` client of the selfManaged certificate mode
-#: and its dependencies add ~140 MiB (the client alone is 126 MB compiled, 68 MB of it its asyncio
-#: copy). A ceiling catches a build that ships sources or caches.
-MAX_SIZE_BYTES = 400 * 1024 * 1024
+#: 307 MiB measured (README.md, "What the image contains"): the Debian-built base 113 MB, the
+#: venv 212 MB, of which the `kubernetes` client of the selfManaged certificate mode is 123 MB
+#: (68 MB of it its asyncio copy, with aiohttp's 13 MB). A ceiling catches a build that ships
+#: sources, caches or a second copy of something.
+MAX_SIZE_BYTES = 340 * 1024 * 1024
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 
 
