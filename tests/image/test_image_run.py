@@ -291,6 +291,51 @@ def test_the_sbom_lists_exactly_the_image_venv_which_is_the_lock(
     image_figures["SBOM"] = f"{len(in_venv)} distributions (tpu-webhook and {len(in_venv) - 1})"
 
 
+#: What the official python image has (under /usr/local), planted in the Debian base's own site
+#: and scripts directories (shell variables $site and $scripts) for remove-installers.sh to find.
+PLANTED = [
+    "$site/pip/__init__.py", "$site/pip-24.0.dist-info/METADATA",
+    "$site/setuptools/__init__.py", "$site/setuptools-65.5.1.dist-info/METADATA",
+    "$site/pkg_resources/__init__.py", "$site/_distutils_hack/__init__.py",
+    "$site/distutils-precedence.pth", "$site/wheel/__init__.py",
+    "$scripts/pip", "$scripts/pip3", "$scripts/pip3.11", "$scripts/wheel",
+]  # fmt: skip
+SYSCONFIG = "python3 -I -c \"import sysconfig; print(sysconfig.get_path('{}'))\""
+
+
+def run_remove_installers(image: BuiltImage, plant: list[str]) -> subprocess.CompletedProcess[str]:
+    """docker/remove-installers.sh run as root in the base, after the files `plant` were made;
+    prints "removed" when it succeeded, then "left: PATH" for each of them still there."""
+    script = REPO_ROOT / "docker" / "remove-installers.sh"
+    shell = (
+        f"site=$({SYSCONFIG.format('purelib')}); scripts=$({SYSCONFIG.format('scripts')}); "
+        f"stdlib=$({SYSCONFIG.format('stdlib')}); "
+        + "".join(f'mkdir -p "$(dirname "{f}")" && touch "{f}"; ' for f in plant)
+        + "sh /run/remove-installers.sh >&2 && echo removed; "
+        + "".join(f'test -e "{f}" && echo "left: {f}"; ' for f in plant)
+        + "true"
+    )
+    return subprocess.run(
+        ["podman", "run", "--rm", *machine_run_args(), "--user", "0:0",
+         "--volume", f"{script}:/run/remove-installers.sh:ro", "--entrypoint", "/bin/sh",
+         image.base, "-c", shell],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_remove_installers_removes_what_the_official_base_has(built_image: BuiltImage) -> None:
+    proc = run_remove_installers(built_image, PLANTED)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["removed"], proc.stdout + proc.stderr
+
+
+def test_remove_installers_fails_when_one_is_left_importable(built_image: BuiltImage) -> None:
+    """A pip where the script does not look (the standard library's directory) is found."""
+    proc = run_remove_installers(built_image, ["$stdlib/pip/__init__.py"])
+    assert "remove-installers.sh: still importable: ['pip']" in proc.stderr
+    assert proc.stdout.splitlines() == ["left: /usr/lib/python3.11/pip/__init__.py"]
+
+
 def test_the_test_base_has_the_shipped_base_s_debian_release_and_python_minor(
     built_image: BuiltImage,
 ) -> None:
