@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 CODE := webhook tests dev $(wildcard bench)
 INSTALLED := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: install run fmt lint typecheck test test-unit test-e2e chart-test tools certs audit bench image image-check clean chart-files
+.PHONY: install run fmt lint typecheck test test-unit test-e2e chart-test tools certs audit bench image image-check clean chart-files lock
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,13 +44,17 @@ test-e2e: install tools
 chart-test: install tools
 	$(BIN)/pytest tests/chart
 
-audit: install  ## known vulnerabilities in this environment (PyPI's advisory feed; see tests/support/audit.py)
-	$(BIN)/python -m tests.support.audit  # what the image ships is audited by `make test` (tests/image)
+audit: install  ## known vulnerabilities in the dev environment and in what the image installs (PyPI's advisory feed; see tests/support/audit.py)
+	$(BIN)/python -m tests.support.audit
+	$(BIN)/python -m tests.support.audit --lock docker/requirements.lock  # the image's SBOM is audited by `make test` (tests/image)
+
+lock: install  ## resolve docker/requirements.lock and docker/build-requirements.lock again (uv, every file's sha256; see dev/lock.py)
+	$(BIN)/python -m dev.lock
 
 test: install lint typecheck tools  ## everything CI runs
 	$(BIN)/pytest
 
-image:  ## the image from the Dockerfile without a Docker engine (buildah, Debian base; cached)
+image:  ## the image from the Dockerfile without a Docker engine (buildah, Debian base; cached), and its SBOM next to it
 	bash docker/build-local.sh
 
 certs: install

@@ -1,4 +1,5 @@
-"""The image's install step, outside Docker: docker/install.sh into a fresh venv, then the
+"""The image's install step, outside Docker: docker/install.sh into a fresh venv holds exactly
+the locked distributions (each file hash-checked) and no installer, its SBOM lists them, and the
 installed `tpu-webhook serve` answers /readyz over verified HTTPS and stops cleanly on SIGTERM.
 
 There is no Docker engine here, so this runs the same script the Dockerfile's builder stage runs
@@ -9,11 +10,14 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import json
 import os
+import shutil
 import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -26,8 +30,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from packaging.utils import canonicalize_name
 
-from tests.image.conftest import INSTALL, INSTALL_TIMEOUT_S
+from dev.lock import BUILD_LOCK, RUNTIME_LOCK, parse_lock
+from tests.image.conftest import INSTALL, INSTALL_TIMEOUT_S, REPO_ROOT
+from tests.support.audit import installed, lock_packages, sbom_packages
 
 READY_TIMEOUT_S = 30
 STOP_TIMEOUT_S = 10
@@ -187,6 +194,71 @@ def test_installed_server_becomes_ready_over_verified_https_and_stops_on_sigterm
     assert list(server.cwd.iterdir()) == []
 
 
+def canonical(packages: list[tuple[str, str]]) -> set[tuple[str, str]]:
+    return {(canonicalize_name(name), version) for name, version in packages}
+
+
+INSTALLERS = {"pip", "setuptools", "wheel"}
+
+
+@pytest.mark.timeout(INSTALL_TIMEOUT_S + 60)
+def test_the_venv_holds_exactly_the_locked_distributions_and_no_installer(venv: Path) -> None:
+    shipped = canonical(installed(venv / "bin" / "python"))
+    version = next(v for name, v in shipped if name == "tpu-webhook")
+    assert shipped == canonical(lock_packages(RUNTIME_LOCK)) | {("tpu-webhook", version)}
+    assert not {name for name, _ in shipped} & INSTALLERS
+    assert not list((venv / "bin").glob("pip*"))
+    assert not list((venv / "bin").glob("wheel*"))
+
+
+@pytest.mark.timeout(INSTALL_TIMEOUT_S + 60)
+def test_the_sbom_lists_the_venv_with_the_locked_hash_of_each_installed_file(
+    venv: Path, sbom: Path
+) -> None:
+    bom = json.loads(sbom.read_text())
+    assert bom["bomFormat"] == "CycloneDX"
+    assert bom["metadata"]["component"]["name"] == "tpu-webhook"
+    assert canonical(sbom_packages(sbom)) == canonical(installed(venv / "bin" / "python"))
+    locked = {pin.name: set(pin.hashes) for pin in parse_lock(RUNTIME_LOCK.read_text())}
+    for component in bom["components"]:
+        (digest,) = component["hashes"]
+        assert digest["alg"] == "SHA-256"
+        assert digest["content"] in locked[canonicalize_name(component["name"])], component["name"]
+    # Reproducible: nothing in it depends on when or where it was made.
+    assert "serialNumber" not in bom
+    assert "timestamp" not in bom["metadata"]
+    assert str(venv) not in sbom.read_text()
+
+
+def test_install_refuses_a_file_whose_hash_is_not_in_the_lock(tmp_path: Path) -> None:
+    """A locked release whose downloaded bytes differ from every hash in the lock stops the build
+    before anything is installed (here: six's real wheel against a forged hash)."""
+    src = tmp_path / "src"
+    (src / "docker").mkdir(parents=True)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO_ROOT / name, src / name)
+    shutil.copytree(REPO_ROOT / "webhook", src / "webhook")
+    shutil.copy(RUNTIME_LOCK, src / "docker" / RUNTIME_LOCK.name)
+    (six,) = [pin for pin in parse_lock(BUILD_LOCK.read_text()) if pin.name == "six"]
+    forged = f"{six.name}=={six.version} --hash=sha256:{'0' * 64}\n"
+    (src / "docker" / BUILD_LOCK.name).write_text(forged)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "VIRTUAL_ENV"))}
+    env["PYTHON"] = sys.executable
+    proc = subprocess.run(
+        ["sh", str(INSTALL), str(tmp_path / "venv"), str(src), str(tmp_path / "sbom.json")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "DO NOT MATCH THE HASHES" in proc.stderr
+    assert "0" * 64 in proc.stderr
+    assert not (tmp_path / "venv").exists()
+    assert not (tmp_path / "sbom.json").exists()
+
+
 def test_install_script_explains_its_arguments(tmp_path: Path) -> None:
     proc = subprocess.run(
         ["sh", str(INSTALL)], capture_output=True, text=True, timeout=10, check=False
@@ -194,7 +266,7 @@ def test_install_script_explains_its_arguments(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "usage:" in proc.stderr
     proc = subprocess.run(
-        ["sh", str(INSTALL), str(tmp_path / "venv"), str(tmp_path)],
+        ["sh", str(INSTALL), str(tmp_path / "venv"), str(tmp_path), str(tmp_path / "sbom")],
         capture_output=True,
         text=True,
         timeout=10,

@@ -1,6 +1,8 @@
-"""Known vulnerabilities in installed Python distributions, from PyPI's advisory feed.
+"""Known vulnerabilities in Python distributions, from PyPI's advisory feed.
 
-    python -m tests.support.audit [--python PATH]   # default: this interpreter's environment
+    python -m tests.support.audit [--python PATH]   # an environment; default: this interpreter's
+    python -m tests.support.audit --lock FILE       # a lock file (docker/requirements.lock)
+    python -m tests.support.audit --sbom FILE       # a CycloneDX SBOM (the image's sbom.cdx.json)
 
 pip-audit asks PyPI about each release (/pypi/NAME/VERSION/json) or asks OSV; from this network
 neither answers (the release endpoint is not served, OSV is unreachable), so pip-audit can only
@@ -13,11 +15,16 @@ the project's newest release. So, for each distribution:
 - pinned below the newest release: the feed says nothing about it; reported as not audited,
   with the newest version, and the audit does not fail (a release upstream must not break CI);
 - not on PyPI (tpu-webhook itself): reported as such.
+
+An advisory accepted in the allow-list (docker/audit-allowlist.yaml: id, package, reason,
+expires) does not fail the audit until the day after it expires; the report names it with its
+reason, and an expired entry accepts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import subprocess
 import sys
@@ -30,7 +37,12 @@ from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name
+from ruamel.yaml import YAML
 
+from dev.lock import parse_lock
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ALLOWLIST = REPO_ROOT / "docker" / "audit-allowlist.yaml"
 PYPI = "https://pypi.org/pypi/{name}/json"
 TIMEOUT_S = 30
 LIST_DISTRIBUTIONS = (
@@ -60,13 +72,56 @@ class Finding:
         return self.newest is not None and self.newest == self.version
 
 
+@dataclass(frozen=True)
+class Accepted:
+    """An allow-list entry: a known advisory accepted for one package until a date."""
+
+    id: str
+    package: str
+    reason: str
+    expires: dt.date
+
+    def accepts(self, finding: Finding, advisory: Advisory, today: dt.date) -> bool:
+        return (
+            today <= self.expires
+            and canonicalize_name(self.package) == canonicalize_name(finding.name)
+            and self.id in (advisory.id, *advisory.aliases)
+        )
+
+
 @dataclass
 class Report:
     findings: list[Finding] = field(default_factory=list)
+    allowlist: tuple[Accepted, ...] = ()
+    today: dt.date = field(default_factory=dt.date.today)
+
+    def _accepted_by(self, finding: Finding, advisory: Advisory) -> Accepted | None:
+        return next((a for a in self.allowlist if a.accepts(finding, advisory, self.today)), None)
 
     @property
     def vulnerable(self) -> list[Finding]:
-        return [f for f in self.findings if f.audited and f.advisories]
+        """Audited findings with their advisories that the allow-list does not accept."""
+        out = []
+        for f in self.findings:
+            if f.audited and f.advisories:
+                left = tuple(a for a in f.advisories if self._accepted_by(f, a) is None)
+                if left:
+                    out.append(Finding(f.name, f.version, f.newest, left, f.yanked))
+        return out
+
+    @property
+    def accepted(self) -> list[tuple[Finding, Advisory, Accepted]]:
+        return [
+            (f, a, entry)
+            for f in self.findings
+            if f.audited
+            for a in f.advisories
+            if (entry := self._accepted_by(f, a)) is not None
+        ]
+
+    @property
+    def expired(self) -> list[Accepted]:
+        return [a for a in self.allowlist if a.expires < self.today]
 
     @property
     def yanked(self) -> list[Finding]:
@@ -83,6 +138,35 @@ class Report:
     @property
     def failed(self) -> bool:
         return bool(self.vulnerable or self.yanked)
+
+
+def load_allowlist(path: Path = ALLOWLIST) -> tuple[Accepted, ...]:
+    """The allow-list's entries; a malformed entry is an error, not an empty acceptance."""
+    data = YAML(typ="safe", pure=True).load(path.read_text()) or {}
+    entries = []
+    for number, item in enumerate(data.get("accepted") or [], start=1):
+        keys = set(item) if isinstance(item, dict) else set()
+        if keys != {"id", "package", "reason", "expires"}:
+            raise ValueError(f"{path}: entry {number}: needs id, package, reason, expires")
+        if not isinstance(item["expires"], dt.date) or not str(item["reason"]).strip():
+            raise ValueError(f"{path}: entry {number}: expires must be a date, reason given")
+        entries.append(
+            Accepted(str(item["id"]), str(item["package"]), str(item["reason"]), item["expires"])
+        )
+    return tuple(entries)
+
+
+def sbom_packages(path: Path) -> list[tuple[str, str]]:
+    """(name, version) of a CycloneDX SBOM's root component and its components."""
+    bom = json.loads(path.read_text())
+    root = bom.get("metadata", {}).get("component")
+    components = [*([root] if root else []), *bom.get("components", [])]
+    return sorted((c["name"], c["version"]) for c in components)
+
+
+def lock_packages(path: Path) -> list[tuple[str, str]]:
+    """(name, version) of every entry of a lock file written by `make lock`."""
+    return [(pin.name, pin.version) for pin in parse_lock(path.read_text())]
 
 
 def installed(python: Path | str = sys.executable) -> list[tuple[str, str]]:
@@ -133,22 +217,34 @@ def _fetch(url: str, attempts: int = 3) -> Any:
     raise AssertionError("unreachable")
 
 
-def audit(packages: list[tuple[str, str]]) -> Report:
+def audit(
+    packages: list[tuple[str, str]],
+    allowlist: tuple[Accepted, ...] = (),
+    today: dt.date | None = None,
+) -> Report:
     with ThreadPoolExecutor(max_workers=8) as pool:
-        return Report(list(pool.map(lambda p: check(*p), packages)))
+        findings = list(pool.map(lambda p: check(*p), packages))
+    return Report(findings, allowlist, today or dt.date.today())
 
 
 def render(report: Report) -> str:
     audited = sum(f.audited for f in report.findings)
     lines = [
         f"{len(report.findings)} distributions: {audited} audited against PyPI's advisory feed, "
-        f"{len(report.vulnerable)} vulnerable, "
+        f"{len(report.vulnerable)} vulnerable, {len(report.accepted)} accepted advisories, "
         f"{len(report.yanked)} yanked, {len(report.unaudited)} not auditable here"
     ]
     for f in report.vulnerable:
         for a in f.advisories:
             fixed = ", ".join(a.fixed_in) or "no fixed release"
             lines.append(f"VULNERABLE {f.name} {f.version}: {a.id} ({fixed}) {a.link}")
+    for f, a, entry in report.accepted:
+        lines.append(f"accepted until {entry.expires}: {f.name} {f.version} {a.id}: {entry.reason}")
+    for entry in report.expired:
+        lines.append(
+            f"EXPIRED allow-list entry {entry.id} ({entry.package}, {entry.expires}): it accepts "
+            "nothing now; renew it deliberately or remove it"
+        )
     for f in report.yanked:
         lines.append(f"YANKED {f.name} {f.version}: {f.yanked or 'no reason given'}")
     for f in report.unaudited:
@@ -163,9 +259,19 @@ def render(report: Report) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.support.audit", description=__doc__)
-    parser.add_argument("--python", default=sys.executable, help="the environment's interpreter")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--python", default=sys.executable, help="the environment's interpreter")
+    source.add_argument("--lock", type=Path, help="a lock file written by `make lock`")
+    source.add_argument("--sbom", type=Path, help="a CycloneDX JSON SBOM")
+    parser.add_argument("--allowlist", type=Path, default=ALLOWLIST, help="accepted advisories")
     args = parser.parse_args(argv)
-    report = audit(installed(args.python))
+    if args.lock:
+        packages = lock_packages(args.lock)
+    elif args.sbom:
+        packages = sbom_packages(args.sbom)
+    else:
+        packages = installed(args.python)
+    report = audit(packages, load_allowlist(args.allowlist))
     sys.stdout.write(render(report) + "\n")
     return 1 if report.failed else 0
 

@@ -1,9 +1,10 @@
 """The image built from the repository's Dockerfile by ``docker/build-local.sh`` (cached).
 
 ``built_image()`` runs the script once per process and returns what it built: the reference in
-the local container storage (podman/buildah) and a docker-archive that ``ctr images import``
-reads. ``pod_run_args()`` turns the chart's rendered Deployment into the ``podman run`` flags
-that run the container as the kubelet would (user, read-only root, capabilities, mounts, env).
+the local container storage (podman/buildah), a docker-archive that ``ctr images import`` reads
+and the image's SBOM next to it. ``pod_run_args()`` turns the chart's rendered Deployment into
+the ``podman run`` flags that run the container as the kubelet would (user, read-only root,
+capabilities, mounts, env).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ class BuiltImage:
     repository: str
     tag: str
     archive: Path  # docker-archive of ref
+    sbom: Path  # the CycloneDX SBOM copied out of the image, next to the archive
+    sbom_in_image: str  # where the image carries it (its label io.tpu-webhook.sbom)
     size_bytes: int  # uncompressed, as the container storage reports it
     build_seconds: int  # of the build that made the cache entry (0 s when never rebuilt)
     base: str
@@ -59,6 +62,8 @@ def built_image() -> BuiltImage:
         repository=info["repository"],
         tag=info["tag"],
         archive=out / "image.tar",
+        sbom=out / info["sbom"],
+        sbom_in_image=info["sbom_in_image"],
         size_bytes=int(info["size_bytes"]),
         build_seconds=int(info["build_seconds"]),
         base=info["base"],
