@@ -55,6 +55,11 @@ class Release:
         return f"{self.fullname}-certs"
 
     @property
+    def user(self) -> str:
+        """The chart's ServiceAccount as the API server names the requests made with its token."""
+        return f"system:serviceaccount:{self.namespace}:{self.fullname}"
+
+    @property
     def service_host(self) -> str:
         """The name the API server checks the served certificate against."""
         return f"{self.fullname}.{self.namespace}.svc"
