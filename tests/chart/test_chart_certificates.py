@@ -1,14 +1,20 @@
-"""The chart's certificates, rendered by the real helm binary (no cluster): the selfManaged guard
-(a ValidatingAdmissionPolicy). Against a real API server: tests/e2e/test_cert_self_managed.py.
+"""The chart's certificates, rendered by the real helm binary (no cluster): the selfSigned pair
+(ECDSA P-256, its lifetime recorded on the Secret for a renewal at upgrade) and the selfManaged
+guard (a ValidatingAdmissionPolicy). Against a real API server: the renewal by `helm upgrade` in
+tests/chart/test_chart_install.py, the guard in tests/e2e/test_cert_self_managed.py.
 """
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from tests.chart.test_chart_render import (
     CHART,
@@ -19,11 +25,13 @@ from tests.chart.test_chart_render import (
     only,
     render,
     template,
+    verify_signed_by,
 )
 
 pytestmark = pytest.mark.helm
 
 CI = CHART / "ci"
+LAYOUT = "%Y-%m-%dT%H:%M:%SZ"
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +45,46 @@ def helm_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "HELM_DATA_HOME": str(home / "data"),
         "KUBECONFIG": str(home / "no-kubeconfig"),
     }
+
+
+def secrets(docs: Sequence[Manifest]) -> dict[str, Manifest]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == "Secret"}
+
+
+def pem_bundle(secret: Manifest) -> list[x509.Certificate]:
+    return x509.load_pem_x509_certificates(base64.b64decode(secret["data"]["ca.crt"]))
+
+
+def annotation_time(secret: Manifest, key: str) -> dt.datetime:
+    text = secret["metadata"]["annotations"][key]
+    return dt.datetime.strptime(text, LAYOUT).replace(tzinfo=dt.UTC)
+
+
+# ---------------------------------------------------------------- the selfSigned pair
+
+
+@pytest.mark.parametrize(("sets", "days"), [({}, 365), ({"validityDays": "30"}, 30)])
+def test_the_self_signed_pair_is_ecdsa_p256_valid_for_validity_days_as_its_annotations_say(
+    helm_env: dict[str, str], sets: dict[str, str], days: int
+) -> None:
+    values = {f"certificates.selfSigned.{k}": v for k, v in sets.items()}
+    docs = render(helm_env, sets=values)
+    tls = secrets(docs)[f"{FULLNAME}-tls"]
+    (ca,) = pem_bundle(tls)
+    leaf = x509.load_pem_x509_certificate(base64.b64decode(tls["data"]["tls.crt"]))
+    verify_signed_by(leaf, ca)
+    for certificate in (ca, leaf):
+        key = certificate.public_key()
+        assert isinstance(key, ec.EllipticCurvePublicKey)
+        assert key.curve.name == "secp256r1"
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    not_before = annotation_time(tls, "tpu-webhook.io/not-before")
+    not_after = annotation_time(tls, "tpu-webhook.io/not-after")
+    assert not_after - not_before == dt.timedelta(days=days)
+    for certificate in (ca, leaf):  # the annotations say what the certificates say
+        assert abs(certificate.not_valid_before_utc - not_before) < dt.timedelta(seconds=5)
+        assert abs(certificate.not_valid_after_utc - not_after) < dt.timedelta(seconds=5)
+    assert "tpu-webhook.io/previous-ca-not-after" not in tls["metadata"]["annotations"]
 
 
 # ------------------------------------------------------------ the selfManaged guard
