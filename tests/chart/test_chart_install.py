@@ -228,6 +228,7 @@ def test_an_upgrade_after_two_thirds_of_the_life_renews_the_pair_and_keeps_the_o
     new_leaf = x509.load_pem_x509_certificate(renewed["tls.crt"])
     new_leaf.verify_directly_issued_by(cas[1])
     assert self_signed.ca_bundles() == {renewed["ca.crt"]}
+    assert self_signed.data("ca-bundle") == {"ca.crt": renewed["ca.crt"]}
     # A Pod still serving the old certificate and one serving the new are both trusted.
     assert verifies(old_leaf, renewed["ca.crt"], self_signed.host)
     assert verifies(new_leaf, renewed["ca.crt"], self_signed.host)
@@ -251,6 +252,7 @@ def test_an_upgrade_after_two_thirds_of_the_life_renews_the_pair_and_keeps_the_o
     assert pem_certificates(settled["ca.crt"]) == [cas[1]]
     assert settled["tls.crt"] == renewed["tls.crt"]
     assert self_signed.ca_bundles() == {settled["ca.crt"]}
+    assert self_signed.data("ca-bundle") == {"ca.crt": settled["ca.crt"]}
     assert PREVIOUS not in self_signed.annotations()
 
 

@@ -1,7 +1,7 @@
 """selfManaged certificates against a real API server, with exactly the chart's RBAC.
 
-The chart is rendered by `helm template` in selfManaged mode and applied with kubectl (an empty
-Secret, the RBAC, the caBundle guard policy, both webhook configurations without caBundle).
+The chart is rendered by `helm template` in selfManaged mode and applied with kubectl (two empty
+Secrets, the RBAC, the caBundle guard policy, both webhook configurations without caBundle).
 `tpu-webhook serve` runs on loopback with a kubeconfig holding a token of the chart's
 ServiceAccount, so every call it makes is authorized by the real RBAC authorizer against the
 chart's Role and ClusterRole, and admitted by the chart's ValidatingAdmissionPolicy. What the API
@@ -120,6 +120,8 @@ def test_the_server_fills_the_empty_secret_and_both_ca_bundles(
     data = FIRST.secret_data(cp)
     assert set(data) == {"ca.crt", "ca.key", "tls.crt", "tls.key"}
     (ca,) = pem_certificates(data["ca.crt"])
+    # The CAs, and no key, in the Secret others may read.
+    assert FIRST.secret_data(cp, FIRST.ca_secret) == {"ca.crt": data["ca.crt"]}
     bundles = FIRST.ca_bundles(cp)
     assert sorted(bundles) == [
         "mutatingwebhookconfiguration/mutate.tpu-webhook.io",
@@ -277,6 +279,8 @@ def test_the_chart_rbac_allows_its_own_names_and_refuses_everything_else(
     allowed = [
         ["get", "secret", own, "-n", ns],
         [*annotate, "secret", own, "-n", ns, "x=1"],
+        ["get", "secret", FIRST.ca_secret, "-n", ns],
+        [*annotate, "secret", FIRST.ca_secret, "-n", ns, "x=1"],
         ["get", "mutatingwebhookconfiguration", FIRST.fullname],
         ["get", "validatingwebhookconfiguration", FIRST.fullname],
         *(
@@ -295,6 +299,7 @@ def test_the_chart_rbac_allows_its_own_names_and_refuses_everything_else(
         ["get", "secrets", "-n", ns],  # list
         ["create", "secret", "generic", "new", "-n", ns, dry],
         ["delete", "secret", own, "-n", ns, dry],
+        ["delete", "secret", FIRST.ca_secret, "-n", ns, dry],
         ["get", "secret", own, "-n", "certs-elsewhere"],
         [*annotate, "secret", "other", "-n", ns, "x=1"],
         ["get", "mutatingwebhookconfiguration", "someone-else"],
@@ -558,6 +563,12 @@ def test_a_forced_renewal_keeps_what_every_replica_serves_trusted_throughout(
     )
     annotations = FIRST.secret_json(cp)["metadata"]["annotations"]
     assert annotations["tpu-webhook.io/renewed"] == "e2e"
+    # The CA-only Secret follows: the new CA alone, as in every caBundle.
+    (new,) = pem_certificates(FIRST.secret_data(cp)["ca.crt"])
+    wait_until(
+        "the new CA alone in the CA-only Secret",
+        lambda: FIRST.secret_data(cp, FIRST.ca_secret) == {"ca.crt": pem_of(new)},
+    )
 
 
 def test_a_deleted_and_re_applied_secret_recovers_without_an_untrusted_moment(

@@ -1,8 +1,8 @@
 {{/*
-selfSigned certificates: the TLS Secret and the caBundle, from one generation. Helm renders
-each template file on its own, so webhooks.yaml (which needs the caBundle) includes this once and
-renders the objects it returns. Returns JSON: {"objects": [<TLS Secret>], "caBundle": <base64
-PEM>}.
+selfSigned certificates: the TLS Secret, the CA-only Secret and the caBundle, from one
+generation. Helm renders each template file on its own, so webhooks.yaml (which needs the
+caBundle) includes this once and renders the objects it returns. Returns JSON:
+{"objects": [<TLS Secret>, <CA-only Secret>], "caBundle": <base64 PEM>}.
 
 The pair (an ECDSA P-256 CA and a serving certificate from it, both valid validityDays) is kept
 across upgrades (`lookup` of the Secret) until a third of its life is left; the upgrade after
@@ -77,5 +77,7 @@ runs see no cluster and make a new pair every time.
 {{- $meta := dict "name" $secretName "namespace" .Release.Namespace "labels" $labels "annotations" $keep }}
 {{- $tls := dict "apiVersion" "v1" "kind" "Secret" "metadata" $meta "type" "kubernetes.io/tls" }}
 {{- $_ := set $tls "data" (dict "tls.crt" ($tlsCrt | b64enc) "tls.key" ($tlsKey | b64enc) "ca.crt" $bundle) }}
-{{- dict "objects" (list $tls) "caBundle" $bundle | toJson }}
+{{- $caMeta := dict "name" (include "tpu-webhook.caSecretName" .) "namespace" .Release.Namespace "labels" $labels }}
+{{- $caOnly := dict "apiVersion" "v1" "kind" "Secret" "metadata" $caMeta "type" "Opaque" "data" (dict "ca.crt" $bundle) }}
+{{- dict "objects" (list $tls $caOnly) "caBundle" $bundle | toJson }}
 {{- end }}
