@@ -58,6 +58,9 @@ class Settings(BaseSettings):
     # current through the Kubernetes API (webhook/serving/selfmanaged.py). Empty: files.
     cert_secret: str = ""
     cert_secret_namespace: str = ""
+    # A Secret (same namespace) that gets only ca.crt, the CAs of the caBundle, for whoever must
+    # trust the server without reading its keys (a metrics collector). Empty: none.
+    cert_ca_secret: str = ""
     cert_service: str = ""  # the Service the API server calls: the certificate's DNS names
     cert_mutating_configuration: str = ""
     cert_validating_configuration: str = ""

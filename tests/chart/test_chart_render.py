@@ -241,7 +241,7 @@ def test_pod_monitoring_lets_only_the_collector_read_only_the_ca_secret(
         {
             "apiGroups": [""],
             "resources": ["secrets"],
-            "resourceNames": [f"{FULLNAME}-tls"],
+            "resourceNames": [f"{FULLNAME}-ca-bundle"],  # ca.crt alone, never the TLS Secret
             "verbs": ["get", "list", "watch"],
         }
     ]
@@ -827,8 +827,7 @@ def test_self_signed_ca_bundle_is_the_secret_ca_and_signs_the_serving_cert(
     helm_env: dict[str, str],
 ) -> None:
     docs = render(helm_env)
-    secret = only(docs, "Secret")
-    assert secret["type"] == "kubernetes.io/tls"
+    (secret,) = [d for d in docs if d["kind"] == "Secret" and d["type"] == "kubernetes.io/tls"]
     ca_b64 = secret["data"]["ca.crt"]
     bundles = {e["clientConfig"]["caBundle"] for e in webhooks(docs).values()}
     assert bundles == {ca_b64}
@@ -876,7 +875,10 @@ def test_existing_secret_mode_uses_the_given_secret_and_ca(helm_env: dict[str, s
     values = CHART / "ci" / "existing-secret-values.yaml"
     given = YAML(typ="safe", pure=True).load(values.read_text())["certificates"]["existingSecret"]
     docs = render(helm_env, values)
-    assert "Secret" not in kinds(docs)
+    # Only the CA-only Secret: the TLS Secret is yours.
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Secret"] == [
+        f"{FULLNAME}-ca-bundle"
+    ]
     volumes = only(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
     assert {"name": "tls", "secret": {"secretName": given["name"]}} in volumes
     for entry in webhooks(docs).values():
@@ -905,14 +907,17 @@ def test_monitoring_objects_scrape_metrics_over_https(helm_env: dict[str, str]) 
         "https",
         "/metrics",
     )
-    assert endpoint["tlsConfig"]["ca"]["secret"] == {"name": f"{FULLNAME}-tls", "key": "ca.crt"}
+    assert endpoint["tlsConfig"]["ca"]["secret"] == {
+        "name": f"{FULLNAME}-ca-bundle",
+        "key": "ca.crt",
+    }
     assert endpoint["tlsConfig"]["serverName"] == f"{FULLNAME}.{NAMESPACE}.svc"
     (scrape,) = only(docs, "PodMonitoring")["spec"]["endpoints"]
     assert (scrape["port"], scrape["scheme"], scrape["path"]) == ("https", "https", "/metrics")
     # Verified against the CA, for the name the serving certificate carries (not the Pod IP).
     assert scrape["tls"] == {
         "serverName": f"{FULLNAME}.{NAMESPACE}.svc",
-        "ca": {"secret": {"name": f"{FULLNAME}-tls", "key": "ca.crt"}},
+        "ca": {"secret": {"name": f"{FULLNAME}-ca-bundle", "key": "ca.crt"}},
     }
     policy = only(docs, "NetworkPolicy")["spec"]
     assert policy["policyTypes"] == ["Ingress"]

@@ -30,6 +30,7 @@ pytestmark = pytest.mark.helm
 
 VALUES = CHART / "ci" / "self-managed-values.yaml"
 SECRET = f"{FULLNAME}-certs"
+CA_SECRET = f"{FULLNAME}-ca-bundle"
 RBAC = {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
 
 
@@ -64,11 +65,13 @@ def test_every_render_is_the_same_so_a_gitops_re_apply_changes_nothing(
 def test_no_ca_bundle_and_no_certificate_is_rendered(helm_env: dict[str, str]) -> None:
     docs = self_managed(helm_env)
     assert all("caBundle" not in entry["clientConfig"] for entry in webhooks(docs).values())
-    (secret,) = [d for d in docs if d["kind"] == "Secret"]
-    assert secret["metadata"]["name"] == SECRET
-    assert secret["type"] == "Opaque"  # a kubernetes.io/tls Secret cannot be empty
-    assert "data" not in secret
-    assert "stringData" not in secret
+    secrets = [d for d in docs if d["kind"] == "Secret"]
+    # The certificate Secret and the CA-only Secret, both filled by the server.
+    assert [s["metadata"]["name"] for s in secrets] == [CA_SECRET, SECRET]
+    for secret in secrets:
+        assert secret["type"] == "Opaque"  # a kubernetes.io/tls Secret cannot be empty
+        assert "data" not in secret
+        assert "stringData" not in secret
 
 
 def test_rbac_names_exactly_its_secret_and_its_two_configurations(
@@ -82,7 +85,7 @@ def test_rbac_names_exactly_its_secret_and_its_two_configurations(
         {
             "apiGroups": [""],
             "resources": ["secrets"],
-            "resourceNames": [SECRET],
+            "resourceNames": [SECRET, CA_SECRET],
             "verbs": ["get", "patch"],
         }
     ]
@@ -131,6 +134,7 @@ def test_the_server_is_told_its_secret_names_and_timings(
     assert {k: v for k, v in env.items() if k.startswith("TPU_WEBHOOK_CERT_")} == {
         "TPU_WEBHOOK_CERT_SECRET": SECRET,
         "TPU_WEBHOOK_CERT_SECRET_NAMESPACE": NAMESPACE,
+        "TPU_WEBHOOK_CERT_CA_SECRET": CA_SECRET,
         "TPU_WEBHOOK_CERT_SERVICE": FULLNAME,
         "TPU_WEBHOOK_CERT_MUTATING_CONFIGURATION": FULLNAME,
         "TPU_WEBHOOK_CERT_VALIDATING_CONFIGURATION": FULLNAME,
@@ -147,13 +151,17 @@ def test_the_server_is_told_its_secret_names_and_timings(
         monkeypatch.setenv(name, value)
     settings = Settings()  # and accepts them as they are
     assert settings.cert_secret == SECRET
+    assert settings.cert_ca_secret == CA_SECRET
     assert settings.cert_validity_days == 30
 
 
 def test_a_secret_name_can_be_given(helm_env: dict[str, str]) -> None:
     docs = self_managed(helm_env, **{"certificates.secretName": "webhook-certs"})
-    assert only(docs, "Secret")["metadata"]["name"] == "webhook-certs"
-    assert only(docs, "Role")["rules"][0]["resourceNames"] == ["webhook-certs"]
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Secret"] == [
+        CA_SECRET,
+        "webhook-certs",
+    ]
+    assert only(docs, "Role")["rules"][0]["resourceNames"] == ["webhook-certs", CA_SECRET]
     assert env_of(docs)["TPU_WEBHOOK_CERT_SECRET"] == "webhook-certs"
 
 

@@ -1,9 +1,10 @@
 """selfManaged certificates against a real API server, with exactly the chart's RBAC.
 
-The chart is rendered by `helm template` in selfManaged mode and applied with kubectl (an empty
-Secret, the RBAC, both webhook configurations without caBundle). `tpu-webhook serve` runs on
-loopback with a kubeconfig holding a token of the chart's ServiceAccount, so every call it makes
-is authorized by the real RBAC authorizer against the chart's Role and ClusterRole. What the API
+The chart is rendered by `helm template` in selfManaged mode and applied with kubectl (two empty
+Secrets, the RBAC, the caBundle guard policy, both webhook configurations without caBundle).
+`tpu-webhook serve` runs on loopback with a kubeconfig holding a token of the chart's
+ServiceAccount, so every call it makes is authorized by the real RBAC authorizer against the
+chart's Role and ClusterRole, and admitted by the chart's ValidatingAdmissionPolicy. What the API
 server would accept is checked as it checks it: the served certificate against each webhook
 entry's caBundle, for the Service's DNS name.
 
@@ -13,6 +14,7 @@ must not meet the TPU workloads of the session's other tests.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import json
 import subprocess
@@ -24,15 +26,17 @@ from typing import Any
 
 import pytest
 
-from dev.controlplane import ControlPlane, tools_dir
+from dev.controlplane import DEFAULT_CONTROLLERS, ControlPlane, tools_dir
 from tests.support.selfmanaged import (
     Release,
     SelfManagedServer,
+    get_json,
     pem_certificates,
     pem_of,
     verifies,
 )
 from tests.support.webhook_process import WebhookProcess, make_certs
+from webhook.certs import make_ca
 from webhook.serving.rotation import RENEW, Plan, next_change
 from webhook.serving.selfmanaged import Conflict, KubeApi, SecretCertificates, Target, stored_of
 from webhook.serving.tls import ServingTLS
@@ -44,7 +48,9 @@ FIRST = Release("first", "certs-first")
 
 @pytest.fixture(scope="module")
 def cp() -> Iterator[ControlPlane]:
-    plane = ControlPlane(tools_dir())
+    # The policy status controller type-checks the guard's CEL against both configuration kinds.
+    controllers = (*DEFAULT_CONTROLLERS, "validatingadmissionpolicy-status-controller")
+    plane = ControlPlane(tools_dir(), controllers=controllers)
     plane.start()
     try:
         yield plane
@@ -54,9 +60,11 @@ def cp() -> Iterator[ControlPlane]:
 
 @pytest.fixture(scope="module")
 def first(cp: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The first release applied; the kubeconfig of its ServiceAccount."""
+    """The first release applied, its guard in force; the kubeconfig of its ServiceAccount."""
     FIRST.apply(cp)
-    return FIRST.service_account_kubeconfig(cp, tmp_path_factory.mktemp("first") / "sa")
+    kubeconfig = FIRST.service_account_kubeconfig(cp, tmp_path_factory.mktemp("first") / "sa")
+    wait_for_guard(cp, FIRST, kubeconfig)
+    return kubeconfig
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +80,18 @@ def replica_a(
         seconds = server.wait_ready()
         certificate_figures["serve -> ready, empty Secret (fills it)"] = f"{seconds:.2f} s"
         yield server
+
+
+def wait_for_guard(cp: ControlPlane, release: Release, kubeconfig: Path) -> None:
+    """Until the API server has loaded the release's policy: a label the ServiceAccount tries to
+    put on either configuration (a dry run) is refused by it."""
+
+    def refused(kind: str) -> bool:
+        label = [kind, release.fullname, "guard-canary=1", "--dry-run=server", "--overwrite"]
+        return "ValidatingAdmissionPolicy" in as_service_account(cp, kubeconfig, "label", *label)
+
+    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+        wait_until(f"the guard policy on the {kind}", lambda kind=kind: refused(kind))
 
 
 def wait_until(what: str, probe: Callable[[], Any], timeout: float = 30) -> Any:
@@ -100,6 +120,8 @@ def test_the_server_fills_the_empty_secret_and_both_ca_bundles(
     data = FIRST.secret_data(cp)
     assert set(data) == {"ca.crt", "ca.key", "tls.crt", "tls.key"}
     (ca,) = pem_certificates(data["ca.crt"])
+    # The CAs, and no key, in the Secret others may read.
+    assert FIRST.secret_data(cp, FIRST.ca_secret) == {"ca.crt": data["ca.crt"]}
     bundles = FIRST.ca_bundles(cp)
     assert sorted(bundles) == [
         "mutatingwebhookconfiguration/mutate.tpu-webhook.io",
@@ -226,6 +248,14 @@ def test_replicas_started_together_on_an_empty_secret_agree_on_one_ca(
 # ------------------------------------------------------------------------------ RBAC
 
 
+def ca_bundle_patch(cp: ControlPlane, release: Release, kind: str) -> str:
+    """A patch as the server makes it: a new caBundle in every entry of the configuration."""
+    bundle = base64.b64encode(make_ca("another-ca").cert_pem).decode()
+    entries = get_json(cp, kind, release.fullname)["webhooks"]
+    hooks = [{"name": e["name"], "clientConfig": {"caBundle": bundle}} for e in entries]
+    return json.dumps({"webhooks": hooks})
+
+
 def as_service_account(cp: ControlPlane, kubeconfig: Path, *args: str) -> str:
     """kubectl as the chart's ServiceAccount; the error text if refused, "" if allowed."""
     proc = cp.kubectl("--kubeconfig", str(kubeconfig), *args)
@@ -250,24 +280,36 @@ def test_the_chart_rbac_allows_its_own_names_and_refuses_everything_else(
     allowed = [
         ["get", "secret", own, "-n", ns],
         [*annotate, "secret", own, "-n", ns, "x=1"],
+        ["get", "secret", FIRST.ca_secret, "-n", ns],
+        [*annotate, "secret", FIRST.ca_secret, "-n", ns, "x=1"],
         ["get", "mutatingwebhookconfiguration", FIRST.fullname],
-        [*annotate, "mutatingwebhookconfiguration", FIRST.fullname, "x=1"],
         ["get", "validatingwebhookconfiguration", FIRST.fullname],
-        [*annotate, "validatingwebhookconfiguration", FIRST.fullname, "x=1"],
+        *(
+            ["patch", kind, FIRST.fullname, dry, "-p", ca_bundle_patch(cp, FIRST, kind)]
+            for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration")
+        ),
     ]
     for args in allowed:
         assert as_service_account(cp, first, *args) == "", args
+    # RBAC grants the patch; the guard refuses all but the caBundle.
+    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+        refused = as_service_account(cp, first, *annotate, kind, FIRST.fullname, "x=1")
+        assert f"denied request: metadata: Forbidden: {FIRST.user} may change only" in refused
     refused = [
         ["get", "secret", "other", "-n", ns],
         ["get", "secrets", "-n", ns],  # list
         ["create", "secret", "generic", "new", "-n", ns, dry],
         ["delete", "secret", own, "-n", ns, dry],
+        ["delete", "secret", FIRST.ca_secret, "-n", ns, dry],
         ["get", "secret", own, "-n", "certs-elsewhere"],
         [*annotate, "secret", "other", "-n", ns, "x=1"],
         ["get", "mutatingwebhookconfiguration", "someone-else"],
         [*annotate, "mutatingwebhookconfiguration", "someone-else", "x=1"],
         ["get", "mutatingwebhookconfigurations"],  # list
         ["delete", "validatingwebhookconfiguration", FIRST.fullname, dry],
+        ["delete", "mutatingwebhookconfiguration", FIRST.fullname, dry],
+        ["get", "validatingadmissionpolicy", f"{FIRST.fullname}-ca-bundle-only"],
+        ["delete", "validatingadmissionpolicybinding", f"{FIRST.fullname}-ca-bundle-only", dry],
         ["get", "pods", "-n", ns],
         ["get", "configmaps", "-n", ns],
     ]
@@ -279,6 +321,189 @@ def test_the_chart_rbac_allows_its_own_names_and_refuses_everything_else(
     proc = cp.kubectl("--kubeconfig", str(first), "replace", dry, "-f", "-", input=secret)
     assert proc.returncode != 0
     assert 'cannot update resource "secrets"' in proc.stderr
+    hook = json.dumps(get_json(cp, "validatingwebhookconfiguration", FIRST.fullname))
+    proc = cp.kubectl("--kubeconfig", str(first), "replace", dry, "-f", "-", input=hook)
+    assert proc.returncode != 0
+    assert 'cannot update resource "validatingwebhookconfigurations"' in proc.stderr
+
+
+# ---------------------------------------------------------------- the caBundle guard
+
+GUARDED = Release("guarded", "certs-guarded")
+MUTATING, VALIDATING = "mutatingwebhookconfiguration", "validatingwebhookconfiguration"
+ONLY = "may change only webhooks[*].clientConfig.caBundle of this configuration"
+
+
+@pytest.fixture(scope="module")
+def guarded(cp: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A release applied, its guard in force; the kubeconfig of its ServiceAccount."""
+    GUARDED.apply(cp)
+    kubeconfig = GUARDED.service_account_kubeconfig(cp, tmp_path_factory.mktemp("guard") / "sa")
+    wait_for_guard(cp, GUARDED, kubeconfig)
+    return kubeconfig
+
+
+def denial(kind: str, message: str) -> str:
+    """What kubectl prints when the guard refuses a change of the release's `kind`."""
+    policy = f"{GUARDED.fullname}-ca-bundle-only"
+    return (
+        f"Error from server (Forbidden): {kind}s.admissionregistration.k8s.io "
+        f"\"{GUARDED.fullname}\" is forbidden: ValidatingAdmissionPolicy '{policy}' with binding "
+        f"'{policy}' denied request: {message}"
+    )
+
+
+def json_patch(cp: ControlPlane, kubeconfig: Path, kind: str, *ops: dict[str, Any]) -> str:
+    """`kubectl patch --type=json` of the release's configuration as the ServiceAccount; "" if
+    allowed, else what kubectl printed."""
+    patch = ["patch", kind, GUARDED.fullname, "--type=json", "-p", json.dumps(list(ops))]
+    proc = cp.kubectl("--kubeconfig", str(kubeconfig), *patch)
+    return "" if proc.returncode == 0 else proc.stderr.strip()
+
+
+def test_the_guard_type_checks_against_both_configuration_kinds(
+    cp: ControlPlane, guarded: Path
+) -> None:
+    name = f"{GUARDED.fullname}-ca-bundle-only"
+
+    def checked() -> dict[str, Any] | None:
+        status: dict[str, Any] = get_json(cp, "validatingadmissionpolicy", name).get("status", {})
+        return status if "typeChecking" in status else None
+
+    status = wait_until("the policy's type checking", checked)
+    assert status == {"observedGeneration": 1, "typeChecking": {}}  # no expressionWarnings
+
+
+def test_the_service_account_may_change_the_ca_bundles(cp: ControlPlane, guarded: Path) -> None:
+    for kind in (MUTATING, VALIDATING):
+        patch = ca_bundle_patch(cp, GUARDED, kind)
+        assert as_service_account(cp, guarded, "patch", kind, GUARDED.fullname, "-p", patch) == ""
+        stored = {
+            e["clientConfig"]["caBundle"] for e in get_json(cp, kind, GUARDED.fullname)["webhooks"]
+        }
+        assert stored == {e["clientConfig"]["caBundle"] for e in json.loads(patch)["webhooks"]}
+
+
+WEBHOOKS = f"webhooks: Forbidden: {GUARDED.user} {ONLY} (selfManaged certificates); "
+METADATA = (
+    f"metadata: Forbidden: {GUARDED.user} {ONLY} (selfManaged certificates); its labels, "
+    "annotations, finalizers and ownerReferences stay as installed"
+)
+REFUSED = {
+    "a rule": (
+        VALIDATING,
+        [{"op": "add", "path": "/webhooks/0/rules/0/operations/-", "value": "DELETE"}],
+        WEBHOOKS + "it changed validate.tpu-webhook.io",
+    ),
+    "the failurePolicy": (
+        VALIDATING,
+        [{"op": "replace", "path": "/webhooks/0/failurePolicy", "value": "Fail"}],
+        WEBHOOKS + "it changed validate.tpu-webhook.io",
+    ),
+    "a matchCondition": (
+        VALIDATING,
+        [{"op": "replace", "path": "/webhooks/1/matchConditions/0/expression", "value": "true"}],
+        WEBHOOKS + "it changed validate-warn.tpu-webhook.io",
+    ),
+    "the namespaceSelector": (
+        VALIDATING,
+        [{"op": "remove", "path": "/webhooks/0/namespaceSelector/matchExpressions/0"}],
+        WEBHOOKS + "it changed validate.tpu-webhook.io",
+    ),
+    "the clientConfig service": (
+        MUTATING,
+        [{"op": "replace", "path": "/webhooks/0/clientConfig/service/name", "value": "elsewhere"}],
+        WEBHOOKS + "it changed mutate.tpu-webhook.io",
+    ),
+    "the clientConfig url": (
+        MUTATING,
+        [
+            {"op": "remove", "path": "/webhooks/0/clientConfig/service"},
+            {"op": "add", "path": "/webhooks/0/clientConfig/url", "value": "https://10.9.9.9/x"},
+        ],
+        WEBHOOKS + "it changed mutate.tpu-webhook.io",
+    ),
+    "the reinvocationPolicy": (
+        MUTATING,
+        [{"op": "replace", "path": "/webhooks/0/reinvocationPolicy", "value": "Never"}],
+        WEBHOOKS + "it changed mutate.tpu-webhook.io",
+    ),
+    "a rule with a new caBundle": (
+        VALIDATING,
+        [
+            {"op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": "Cg=="},
+            {"op": "replace", "path": "/webhooks/0/rules/0/scope", "value": "*"},
+        ],
+        WEBHOOKS + "it changed validate.tpu-webhook.io",
+    ),
+    "an entry removed": (
+        VALIDATING,
+        [{"op": "remove", "path": "/webhooks/1"}],
+        WEBHOOKS + "it added, removed or reordered entries",
+    ),
+    "the order of the entries": (
+        VALIDATING,
+        [{"op": "move", "from": "/webhooks/1", "path": "/webhooks/0"}],
+        WEBHOOKS + "it added, removed or reordered entries",
+    ),
+    "a label": (
+        VALIDATING,
+        [{"op": "add", "path": "/metadata/labels/team", "value": "x"}],
+        METADATA,
+    ),
+    "an ownerReference": (
+        MUTATING,
+        [
+            {
+                "op": "add",
+                "path": "/metadata/ownerReferences",
+                "value": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "name": "gone",
+                        "uid": "00000000-0000-0000-0000-000000000001",
+                    }
+                ],
+            }
+        ],
+        METADATA,
+    ),
+    "a finalizer": (
+        MUTATING,
+        [{"op": "add", "path": "/metadata/finalizers", "value": ["example.com/hold"]}],
+        METADATA,
+    ),
+}
+
+
+@pytest.mark.parametrize("change", REFUSED)
+def test_the_service_account_may_change_nothing_else(
+    cp: ControlPlane, guarded: Path, change: str
+) -> None:
+    kind, ops, message = REFUSED[change]
+    before = get_json(cp, kind, GUARDED.fullname)
+    assert json_patch(cp, guarded, kind, *ops) == denial(kind, message)
+    after = get_json(cp, kind, GUARDED.fullname)
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+
+
+@pytest.mark.parametrize("change", ["a rule", "the failurePolicy", "a matchCondition", "a label"])
+def test_an_admin_still_changes_them(cp: ControlPlane, guarded: Path, change: str) -> None:
+    kind, ops, _ = REFUSED[change]
+    before = get_json(cp, kind, GUARDED.fullname)
+    # A server-side dry run goes through admission, the guard included, and stores nothing.
+    patch = ["patch", kind, GUARDED.fullname, "--type=json", "-p", json.dumps(ops)]
+    proc = cp.kubectl(*patch, "--dry-run=server", "-o", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert content(json.loads(proc.stdout)) != content(before)
+
+
+def content(configuration: dict[str, Any]) -> dict[str, Any]:
+    """A configuration without the metadata every write changes."""
+    volatile = {"resourceVersion", "generation", "managedFields"}
+    metadata = {k: v for k, v in configuration["metadata"].items() if k not in volatile}
+    return {**configuration, "metadata": metadata}
 
 
 # ------------------------------------------------------------------------ renewals
@@ -339,6 +564,12 @@ def test_a_forced_renewal_keeps_what_every_replica_serves_trusted_throughout(
     )
     annotations = FIRST.secret_json(cp)["metadata"]["annotations"]
     assert annotations["tpu-webhook.io/renewed"] == "e2e"
+    # The CA-only Secret follows: the new CA alone, as in every caBundle.
+    (new,) = pem_certificates(FIRST.secret_data(cp)["ca.crt"])
+    wait_until(
+        "the new CA alone in the CA-only Secret",
+        lambda: FIRST.secret_data(cp, FIRST.ca_secret) == {"ca.crt": pem_of(new)},
+    )
 
 
 def test_a_deleted_and_re_applied_secret_recovers_without_an_untrusted_moment(

@@ -55,6 +55,16 @@ class Release:
         return f"{self.fullname}-certs"
 
     @property
+    def ca_secret(self) -> str:
+        """The CA-only Secret (ca.crt alone) the server copies its CAs into."""
+        return f"{self.fullname}-ca-bundle"
+
+    @property
+    def user(self) -> str:
+        """The chart's ServiceAccount as the API server names the requests made with its token."""
+        return f"system:serviceaccount:{self.namespace}:{self.fullname}"
+
+    @property
     def service_host(self) -> str:
         """The name the API server checks the served certificate against."""
         return f"{self.fullname}.{self.namespace}.svc"
@@ -84,9 +94,10 @@ class Release:
     def secret_json(self, cp: ControlPlane) -> dict[str, Any]:
         return get_json(cp, "secret", self.secret, "-n", self.namespace)
 
-    def secret_data(self, cp: ControlPlane) -> dict[str, bytes]:
-        data = self.secret_json(cp).get("data") or {}
-        return {k: base64.b64decode(v) for k, v in data.items()}
+    def secret_data(self, cp: ControlPlane, name: str = "") -> dict[str, bytes]:
+        """The data of the Secret (or of the Secret `name` of the release namespace), decoded."""
+        secret = get_json(cp, "secret", name or self.secret, "-n", self.namespace)
+        return {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
 
     def ca_bundles(self, cp: ControlPlane) -> dict[str, bytes]:
         """Per webhook entry (<kind>/<entry name>), its caBundle as PEM (b"" when unset)."""
@@ -126,6 +137,7 @@ class Release:
         return {
             "TPU_WEBHOOK_CERT_SECRET": self.secret,
             "TPU_WEBHOOK_CERT_SECRET_NAMESPACE": self.namespace,
+            "TPU_WEBHOOK_CERT_CA_SECRET": self.ca_secret,
             "TPU_WEBHOOK_CERT_SERVICE": self.fullname,
             "TPU_WEBHOOK_CERT_MUTATING_CONFIGURATION": self.fullname,
             "TPU_WEBHOOK_CERT_VALIDATING_CONFIGURATION": self.fullname,

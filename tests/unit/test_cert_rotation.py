@@ -36,6 +36,7 @@ from webhook.serving.rotation import (
     next_change,
     parse_bundle,
     pem,
+    public_data,
     read_secret,
     renewal_due,
 )
@@ -301,6 +302,36 @@ def test_a_wiped_secret_keeps_the_trusted_ca_until_a_new_certificate_is_served()
     world.later(60)
     assert world.step() == ["serving certificate from the new CA"]
     assert world.issuer() == new
+
+
+# ----------------------------------------------------------------- the CA-only Secret
+
+
+def test_the_ca_only_secret_gets_the_cas_of_the_secret_and_nothing_else() -> None:
+    world = installed()
+    assert public_data(world.stored, {}) == {CA_FILE: world.data[CA_FILE]}
+    assert public_data(world.stored, {CA_FILE: world.data[CA_FILE]}) is None  # already so
+    # A key someone put there goes: the Secret the collector reads never holds one.
+    extra = {CA_FILE: world.data[CA_FILE], KEY_FILE: world.data[KEY_FILE]}
+    assert public_data(world.stored, extra) == {CA_FILE: world.data[CA_FILE]}
+
+
+def test_the_ca_only_secret_follows_a_renewal_with_both_cas_then_one() -> None:
+    world = installed()
+    world.annotations[RENEW] = "1"
+    world.step()
+    old, new = world.stored.cas
+    assert public_data(world.stored, {CA_FILE: pem([old])}) == {CA_FILE: pem([old, new])}
+    world.later(60)
+    world.step()
+    world.later(600)
+    world.step()
+    assert world.stored.cas == (new,)
+    assert public_data(world.stored, {CA_FILE: pem([old, new])}) == {CA_FILE: pem([new])}
+
+
+def test_nothing_is_copied_before_the_secret_has_a_ca() -> None:
+    assert public_data(World().stored, {}) is None
 
 
 def test_an_annotation_time_without_a_zone_is_utc_and_a_bad_one_is_none() -> None:

@@ -1,12 +1,16 @@
 """selfManaged certificates, decided: what the Secret should hold next, given what it holds and
-what the webhook configurations trust. Pure: no API calls and no clock (`now` is passed in), so
-every step of a renewal is a unit test; webhook/serving/selfmanaged.py does the I/O.
+what the webhook configurations trust, and what the CA-only Secret should hold. Pure: no API
+calls and no clock (`now` is passed in), so every step of a renewal is a unit test;
+webhook/serving/selfmanaged.py does the I/O.
 
 The Secret's data: `ca.crt` every CA the configurations must trust, oldest first (their caBundle);
 `ca.key` the key of the last of them, the one that signs; `tls.crt`/`tls.key` the serving pair.
 Its annotations are the protocol's clock and the operator's lever: `tpu-webhook.io/renew` (set
 any new value to renew now), `.../renewed` (the value acted upon), `.../ca-trusted-at` (when the
 signing CA was first seen in every caBundle) and `.../issued-at` (when tls.crt was issued).
+
+The CA-only Secret holds `ca.crt` alone, the same CAs, for clients that must trust the server
+without being able to read its keys (a metrics collector).
 
 A new CA never makes a server present a certificate the API server does not trust yet:
 1. stage: the new CA joins ca.crt (older ones stay) and becomes the signer; tls.crt is kept;
@@ -162,6 +166,16 @@ def next_change(stored: Stored, trusted: Trusted, now: dt.datetime, plan: Plan) 
     if renewal_due(leaf, now) or not _names_covered(leaf, plan.dns_names):
         return _issue(stored, signer, now, plan, "serving certificate renewal due")
     return _retire(stored, signer.certificate, now, plan)
+
+
+def public_data(stored: Stored, published: Mapping[str, bytes]) -> dict[str, bytes] | None:
+    """What the CA-only Secret must hold next: ca.crt, the CAs of the Secret's ca.crt (what the
+    caBundles carry), and no other key (never a private key). None when it holds exactly that,
+    or when the Secret has no CA yet."""
+    if not stored.cas:
+        return None
+    wanted = {CA_FILE: stored.bundle}
+    return None if dict(published) == wanted else wanted
 
 
 def _bootstrap(stored: Stored, trusted: Trusted, now: dt.datetime, plan: Plan) -> Change:

@@ -28,7 +28,7 @@ from typing import Any
 
 from cryptography import x509
 
-from webhook.certs import make_ca, service_names
+from webhook.certs import CA_FILE, make_ca, service_names
 from webhook.serving.kubeapi import MUTATING, VALIDATING, ApiError, Conflict, KubeApi
 from webhook.serving.rotation import (
     Change,
@@ -36,6 +36,7 @@ from webhook.serving.rotation import (
     Stored,
     next_change,
     parse_bundle,
+    public_data,
     read_secret,
     trusted_everywhere,
 )
@@ -52,6 +53,7 @@ class Target:
     namespace: str
     secret: str
     configurations: tuple[tuple[str, str], ...]  # (kind, name)
+    ca_secret: str = ""  # the CA-only Secret (ca.crt alone), if any
 
     @property
     def where(self) -> str:
@@ -91,6 +93,7 @@ class SecretCertificates:
         self.confirmed_at: float | None = None  # time.monotonic() of the last good pass
         self.writes = 0
         self.conflicts = 0
+        self.public_error = ""  # of the last copy into the CA-only Secret
 
     @classmethod
     def from_settings(cls, settings: Settings, tls: ServingTLS) -> SecretCertificates:
@@ -103,7 +106,12 @@ class SecretCertificates:
             )
             if name
         )
-        target = Target(settings.cert_secret_namespace, settings.cert_secret, configurations)
+        target = Target(
+            settings.cert_secret_namespace,
+            settings.cert_secret,
+            configurations,
+            settings.cert_ca_secret,
+        )
         plan = Plan(
             dns_names=names,
             ca_days=settings.cert_ca_validity_days,
@@ -172,6 +180,7 @@ class SecretCertificates:
             known = isinstance(error, ApiError)
             self._failed(str(error) if known else f"{type(error).__name__}: {error}")
             return None
+        self._copy_public(stored)
         serve = self._servable(stored, trusted)
         issuer = serve.issuer if serve is not None else self.issuer
         if issuer is not None and trusted_everywhere(issuer, trusted):
@@ -213,6 +222,31 @@ class SecretCertificates:
         self.api.patch_secret(self.target.namespace, self.target.secret, patch)
         self.writes += 1
         log.info("certificates: wrote %s: %s", self.target.where, change.reason)
+
+    def _copy_public(self, stored: Stored) -> None:
+        """Make the CA-only Secret hold ca.crt alone, the CAs of the Secret's. A failure is
+        logged and tried again next pass; readiness never depends on it (admission does not)."""
+        name = self.target.ca_secret
+        if not name:
+            return
+        where = f"Secret {self.target.namespace}/{name}"
+        try:
+            secret = self.api.read_secret(self.target.namespace, name)
+            data = public_data(stored, _decoded(secret))
+            if data is not None:
+                old = secret.get("data") or {}
+                patch = {
+                    "metadata": {"resourceVersion": secret["metadata"]["resourceVersion"]},
+                    "data": {k: (_b64(data[k]) if k in data else None) for k in {*old, *data}},
+                }
+                self.api.patch_secret(self.target.namespace, name, patch)
+                log.info("certificates: wrote %s: ca.crt is %s", where, _names(_b64(data[CA_FILE])))
+        except ApiError as error:  # a Conflict too: another replica wrote it just now
+            if str(error) != self.public_error:
+                log.warning("certificates: %s not written: %s", where, error)
+            self.public_error = str(error)
+            return
+        self.public_error = ""
 
     def _publish(self, stored: Stored, read_at: float) -> list[frozenset[x509.Certificate]]:
         """Make every configuration's caBundle the Secret's ca.crt; per configuration (absent
@@ -262,8 +296,11 @@ class SecretCertificates:
 
 def stored_of(secret: Mapping[str, Any]) -> Stored:
     """The Secret as the API returns it (base64 data), parsed."""
-    data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
-    return read_secret(data, secret.get("metadata", {}).get("annotations") or {})
+    return read_secret(_decoded(secret), secret.get("metadata", {}).get("annotations") or {})
+
+
+def _decoded(secret: Mapping[str, Any]) -> dict[str, bytes]:
+    return {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
 
 
 def _bundle_patch(configuration: Mapping[str, Any], bundle: str) -> dict[str, Any]:

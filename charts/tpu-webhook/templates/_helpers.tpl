@@ -82,14 +82,52 @@ Container resources: a memory request or limit left out is 128Mi / 256Mi (one se
 {{- if has .Values.priorityClassName (list "system-cluster-critical" "system-node-critical") }}true{{ end }}
 {{- end }}
 
-{{/* The Secret that holds the CA a PodMonitoring verifies the server with. */}}
+{{/*
+The Secret that holds the CA a PodMonitoring verifies the server with; the chart grants the
+managed collector `get` on it. Never a Secret that holds a private key: by default the
+CA-only Secret (none in certManager mode, where `metrics.podMonitoring.tls` must say).
+*/}}
 {{- define "tpu-webhook.podMonitoringCASecret" -}}
 {{- $tls := .Values.metrics.podMonitoring.tls }}
+{{- $caOnly := include "tpu-webhook.caSecretName" . }}
+{{- $host := printf "%s.%s.svc" (include "tpu-webhook.serviceName" .) .Release.Namespace }}
 {{- if not $tls }}
-{{- include "tpu-webhook.tlsSecretName" . }}
-{{- else if and $tls.ca $tls.ca.secret }}
-{{- $tls.ca.secret.name }}
+{{- if not $caOnly }}
+{{- fail (printf "metrics.podMonitoring.tls is required when certificates.mode is %s: the managed collector reads the scrape's CA from a Secret the chart lets it get, and every Secret of this mode holds a private key (%s holds the serving key). Name a Secret with only ca.crt: --set metrics.podMonitoring.tls.serverName=%s --set metrics.podMonitoring.tls.ca.secret.name=SECRET --set metrics.podMonitoring.tls.ca.secret.key=ca.crt" .Values.certificates.mode (include "tpu-webhook.tlsSecretName" .) $host) }}
 {{- end }}
+{{- $caOnly }}
+{{- else if and $tls.ca $tls.ca.secret }}
+{{- $name := $tls.ca.secret.name }}
+{{- if has $name (include "tpu-webhook.keySecretNames" . | fromJsonArray) }}
+{{- fail (printf "metrics.podMonitoring.tls.ca.secret.name: %s holds a private key, and the chart would let the managed collector get it; name a Secret with only ca.crt%s" $name (ternary (printf " (this release renders %s)" $caOnly) "" (ne $caOnly ""))) }}
+{{- end }}
+{{- $name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The Secret with only `ca.crt` (the CAs the serving certificate chains to, no key) that the
+chart renders: "<fullname>-ca-bundle" in selfSigned and selfManaged modes (the server fills it
+in the latter) and in existingSecret mode (from existingSecret.caBundle); "" in certManager
+mode, whose Secrets all hold a key.
+*/}}
+{{- define "tpu-webhook.caSecretName" -}}
+{{- $mode := .Values.certificates.mode }}
+{{- if and .Values.deployment.enabled (or (has $mode (list "selfSigned" "selfManaged")) (and (eq $mode "existingSecret") .Values.certificates.existingSecret.caBundle)) }}
+{{- printf "%s-ca-bundle" (include "tpu-webhook.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{/* Secrets of this release that hold a private key (JSON list): only the server reads them. */}}
+{{- define "tpu-webhook.keySecretNames" -}}
+{{- $names := list }}
+{{- if .Values.deployment.enabled }}
+{{- $names = append $names (include "tpu-webhook.tlsSecretName" .) }}
+{{- if and (eq .Values.certificates.mode "certManager") (not .Values.certificates.certManager.issuerRef) }}
+{{- $names = append $names (printf "%s-ca" (include "tpu-webhook.fullname" .)) }}
+{{- end }}
+{{- end }}
+{{- toJson $names }}
 {{- end }}
 
 {{/* The Service name is the fullname; it is also the first certificate SAN. */}}
