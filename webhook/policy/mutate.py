@@ -68,15 +68,17 @@ def add_missing_ports(tpu: TpuSpec, ports: Iterable[Port]) -> list[PatchOp]:
             break
     if target is None:
         return []
-    declared = 0
-    for c in tpu.containers:
-        listed = c.body.get("ports")
-        declared += len(listed) if isinstance(listed, list) else 0
-    if declared > MAX_PORTS or tpu.unread_containers:
+    if tpu.unread_containers:
         return []  # which numbers are taken is not read: nothing is added
+    declared = 0
     numbers: set[object] = set()
     for c in tpu.containers:
-        numbers |= _values(c.body.get("ports"), "containerPort")
+        listed = c.body.get("ports")
+        if isinstance(listed, list) and listed:
+            declared += len(listed)
+            if declared > MAX_PORTS:
+                return []  # likewise
+            numbers |= _values(listed, "containerPort")
     missing = []
     names: set[object] | None = None  # every port name of the Pod, read when a port is missing
     counters: dict[str, int] = {}

@@ -7,12 +7,21 @@ str(...)      -> "spec.containers[0].resources[google.com/tpu]"
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
-
-@dataclass(frozen=True, slots=True)
 class FieldPath:
-    parts: tuple[tuple[str, str | int], ...] = ()
+    """An immutable value. (A plain class: several are made per review, and a frozen dataclass
+    pays an object.__setattr__ call for its field.)"""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: tuple[tuple[str, str | int], ...] = ()) -> None:
+        self.parts = parts
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FieldPath) and self.parts == other.parts
+
+    def __hash__(self) -> int:
+        return hash(self.parts)
 
     @classmethod
     def root(cls, *names: str) -> FieldPath:
@@ -24,6 +33,8 @@ class FieldPath:
         return cls(tuple(("index", s) if isinstance(s, int) else ("field", s) for s in steps))
 
     def child(self, *names: str) -> FieldPath:
+        if len(names) == 1:
+            return FieldPath((*self.parts, ("field", names[0])))
         return FieldPath((*self.parts, *(("field", name) for name in names)))
 
     def index(self, position: int) -> FieldPath:
@@ -31,6 +42,9 @@ class FieldPath:
 
     def key(self, name: str) -> FieldPath:
         return FieldPath((*self.parts, ("key", name)))
+
+    def __repr__(self) -> str:
+        return f"FieldPath({self.parts!r})"
 
     def __str__(self) -> str:
         text = ""

@@ -197,11 +197,13 @@ def read_tpu_spec(
     for list_name in CONTAINER_LISTS:
         items = spec.get(list_name)
         if isinstance(items, list):
-            unread += max(0, len(items) - room)
-            for position, body in enumerate(items[:room]):
+            if len(items) > room:
+                unread += len(items) - room
+                items = items[:room]
+            room -= len(items)
+            for position, body in enumerate(items):
                 if isinstance(body, dict):
                     found.append(Container(at, pointer, list_name, position, body))
-            room = max(0, room - len(items))
     chips = _chip_requests(found)
     tpu_containers: list[Container] = []
     apps: list[ChipRequest] = []
@@ -342,7 +344,7 @@ def _chip_requests(found: list[Container]) -> list[ChipRequest]:
         if TPU_RESOURCE in limits:
             value = limits[TPU_RESOURCE]
             other = requests.get(TPU_RESOURCE, value)
-            agreed = other is value or quantity(other) == quantity(value)
+            agreed = other == value or quantity(other) == quantity(value)
             chips.append(ChipRequest(container, "limits", value, whole_number(value), agreed))
         elif TPU_RESOURCE in requests:
             value = requests[TPU_RESOURCE]

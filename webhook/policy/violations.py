@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 from webhook.policy.bounds import MAX_FINDINGS, MAX_VALUE_CHARS
 from webhook.policy.paths import FieldPath
@@ -29,8 +29,10 @@ _NO_VALUE = object()
 MAX_MESSAGE_CHARS = 1024
 
 
-@dataclass(frozen=True, slots=True)
-class Violation:
+class Violation(NamedTuple):
+    """(A NamedTuple: made on every denial and warning, where a frozen dataclass pays a setattr
+    per field.)"""
+
     code: str
     field: FieldPath
     error: ErrorType

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from webhook.catalog.tpu import JOB_COMPLETION_INDEX, POD_INDEX_LABEL
 from webhook.policy.bounds import MAX_POD_TEMPLATES
@@ -86,9 +86,9 @@ class Template:
         return Site(self, (), body, self.spec_path, self.spec_pointer, self.meta_path)
 
 
-@dataclass(frozen=True, slots=True)
-class Site:
-    """One pod template found in one object: list steps resolved to indices."""
+class Site(NamedTuple):
+    """One pod template found in one object: list steps resolved to indices. (A NamedTuple:
+    built per TPU template of every review, where a frozen dataclass pays a setattr per field.)"""
 
     template: Template
     indices: tuple[int, ...]

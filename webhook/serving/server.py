@@ -104,6 +104,7 @@ def serve(settings: Settings) -> int:
         access_log=False,
         log_config=None,
         server_header=False,
+        proxy_headers=False,  # the API server calls the Pod directly: no forwarded headers to read
         timeout_keep_alive=settings.keep_alive_seconds,
         timeout_graceful_shutdown=settings.graceful_shutdown_seconds,
         # The TLS context is ours (TLS 1.2+, modern ciphers, reloaded in place): the factory
