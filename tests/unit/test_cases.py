@@ -18,7 +18,7 @@ from tests.unit import apply, expected, findings, overwritten, workload_of
 from webhook.catalog import load_catalog
 from webhook.catalog.tpu import ACCELERATOR_LABEL, TOPOLOGY_LABEL, SliceShape
 from webhook.policy import decide
-from webhook.policy.context import Exemptions
+from webhook.policy.exemptions import Exemptions
 from webhook.policy.rules import BY_CODE
 
 CASES = Path(__file__).resolve().parents[1] / "cases"

@@ -9,8 +9,8 @@ from typing import Any
 from webhook.admission.review import Request
 from webhook.catalog.tpu import Catalog
 from webhook.policy import decide
-from webhook.policy.context import NO_EXEMPTIONS
 from webhook.policy.decide import ALLOW, Options, Verdict
+from webhook.policy.exemptions import NO_EXEMPTIONS
 from webhook.policy.workloads import workload_for
 
 

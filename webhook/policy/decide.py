@@ -8,14 +8,8 @@ from typing import Any, NamedTuple
 
 from webhook.catalog.tpu import TPU_RESOURCE, Catalog, SliceShape
 from webhook.policy import partial, slice_rules, spec_rules
-from webhook.policy.context import (
-    EXEMPTIONS,
-    Context,
-    Exemptions,
-    opted_out,
-    read_context,
-    skips_checks,
-)
+from webhook.policy.context import Context, opted_out, read_context, skips_checks
+from webhook.policy.exemptions import EXEMPTIONS, Exemptions
 from webhook.policy.mutate import (
     PatchOp,
     add_missing_env,
@@ -23,10 +17,10 @@ from webhook.policy.mutate import (
     copy_missing_limits,
     worker_env,
 )
-from webhook.policy.owners import jobset, leaderworkerset
 from webhook.policy.podspec import TpuSpec, read_tpu_spec, slice_shape
+from webhook.policy.templates import Site, dig
 from webhook.policy.violations import Violation
-from webhook.policy.workloads import Site, Workload, dig
+from webhook.policy.workloads import Workload, owner_role, workload_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,14 +98,22 @@ def mutate(
     for site, tpu in sites:
         ops += copy_missing_limits(tpu, options.copy_resources)
         ops += add_missing_ports(tpu, catalog.ports)
-        if options.inject_megascale and workload.kind == "JobSet" and tpu.chips:
-            ops += add_missing_env(tpu, jobset.megascale_env(obj, site))
+        if options.inject_megascale and workload.megascale is not None and tpu.chips:
+            ops += add_missing_env(tpu, workload.megascale(obj, site))
         if not options.inject_worker_env or len(tpu.app_chips) != 1:
             continue  # several TPU containers per host: projects number them differently
         shape = slice_shape(tpu, catalog)
         if shape is not None and shape.multi_host:
-            context = context or read_context(obj, options.exemptions)
-            env, extra_ops, found = worker_env(obj, site, tpu, shape, context)
+            context = context or read_context(obj, owner_role, options.exemptions)
+            if site.template.hosts is not None:
+                env, extra_ops, found = worker_env(obj, site, tpu, shape, context)
+            else:  # a Pod: numbered as its owner's Pods are, if the owner's entry says how
+                owner = (
+                    workload_for(context.owner.group, context.owner.kind) if context.owner else None
+                )
+                if owner is None or owner.child_pod_env is None:
+                    continue
+                env, extra_ops, found = owner.child_pod_env(obj, tpu, shape)
             ops += extra_ops + add_missing_env(tpu, env)
             warnings += found
     return Verdict(warnings=tuple(warnings), patch=tuple(ops))
@@ -132,12 +134,12 @@ def validate(
     its opt-outs): an UPDATE that only changes who owns an object is no new violation."""
     if old is not None and obj.get("spec") == old.get("spec"):
         return ALLOW
-    context = read_context(obj, options.exemptions)
+    context = read_context(obj, owner_role, options.exemptions)
     found = violations(obj, workload, catalog, context, options.exemptions)
     if not found:
         return ALLOW
     if old is not None:
-        as_now = read_context(old, options.exemptions).owned_as(context)
+        as_now = read_context(old, owner_role, options.exemptions).owned_as(context)
         before = {
             (v.code, str(v.field))
             for v in violations(old, workload, catalog, as_now, options.exemptions)
@@ -161,7 +163,7 @@ def violations(
     if not sites:
         return []
     if context is None:
-        context = read_context(obj, exemptions)
+        context = read_context(obj, owner_role, exemptions)
     if context.opted_out or context.skip_checks:
         return []
     found: list[Violation] = partial.check_templates_read(obj, workload)
@@ -184,8 +186,8 @@ def violations(
                 as_written += check_slice(obj, workload.kind, site, tpu, shape)
         elif not context.child and site.template.hosts and site.template.hosts.counts_single_host:
             as_written += slice_rules.check_host_counts(obj, site, shape)
-    if not context.child:
-        as_written += check_owner(obj, workload.kind, sites, catalog, exemptions)
+    if not context.child and workload.check is not None:
+        as_written += workload.check(obj, sites, catalog, exemptions)
     if context.owner is not None and as_written:  # a custom owner the table does not know
         as_written = [unknown_owner(v, context.owner.describe()) for v in as_written]
     return found + as_written
@@ -205,28 +207,6 @@ def unknown_owner(found: Violation, owner: str) -> Violation:
         found.value,
         advisory=True,
     )
-
-
-def check_owner(
-    obj: Mapping[str, Any],
-    kind: str,
-    sites: list[tuple[Site, TpuSpec]],
-    catalog: Catalog,
-    exemptions: Exemptions = EXEMPTIONS,
-) -> list[Violation]:
-    """What belongs to an owner kind as a whole (its own field paths, its own numbering)."""
-    found: list[Violation] = []
-    if kind == "LeaderWorkerSet":
-        found += leaderworkerset.check(obj, sites, catalog)
-    elif kind == "JobSet":
-        for site, tpu in sites:
-            if not tpu.chips or skips_checks(tpu.annotations, exemptions):
-                continue
-            found += jobset.check_multislice(obj, site, tpu)
-            shape = slice_shape(tpu, catalog)
-            if shape is not None and shape.multi_host:
-                found += jobset.check_slice(obj, site, tpu, shape)
-    return found
 
 
 def check_pod_spec(tpu: TpuSpec, catalog: Catalog, deferred: str | None) -> list[Violation]:

@@ -22,8 +22,8 @@ from webhook.catalog.tpu import (
 from webhook.policy.bounds import MAX_ENV
 from webhook.policy.paths import FieldPath
 from webhook.policy.podspec import Container, TpuSpec
+from webhook.policy.templates import Site, dig
 from webhook.policy.violations import ErrorType, Violation, shown
-from webhook.policy.workloads import Site, dig
 
 
 def check_workload_can_form_slice(
