@@ -172,13 +172,14 @@ def violations(
         if skips_checks(tpu.annotations, exemptions):
             continue
         found += partial.check_pod_spec_read(tpu)
+        if not tpu.chips:  # a Pod on TPU nodes that uses no chips: no host of a slice
+            found += [chipless(v) for v in check_pod_spec(tpu, catalog, context.deferred)]
+            continue
         found += check_pod_spec(tpu, catalog, context.deferred)
         shape = slice_shape(tpu, catalog)
         if shape is None:
             continue
         found += spec_rules.check_node_capacity(tpu, shape)
-        if not tpu.chips:
-            continue  # a Pod without chips is no host of the slice
         if shape.multi_host:
             if context.child:
                 found += slice_rules.check_worker_env(tpu, shape, advisory=True)
@@ -191,6 +192,12 @@ def violations(
     if context.owner is not None and as_written:  # a custom owner the table does not know
         as_written = [unknown_owner(v, context.owner.describe()) for v in as_written]
     return found + as_written
+
+
+def chipless(found: Violation) -> Violation:
+    """A finding on a Pod that selects TPU nodes but requests no chips (a network or monitoring
+    agent, GKE's own TPU DaemonSets): GKE runs such Pods, so it is said, never refused."""
+    return found if found.advisory else found._replace(advisory=True)
 
 
 def unknown_owner(found: Violation, owner: str) -> Violation:
@@ -232,6 +239,6 @@ def check_slice(
         *slice_rules.check_host_counts(obj, site, shape),
         *slice_rules.check_worker_env(tpu, shape),
         *slice_rules.check_hostname_length(obj, site, shape),
-        *slice_rules.check_retries(obj, site, shape),
+        *slice_rules.check_retries(obj, site, tpu, shape),
         *slice_rules.check_host_network_dns(tpu, shape),
     ]

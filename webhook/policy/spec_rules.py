@@ -130,6 +130,8 @@ def _check_pool_topology(
     value = tpu.topology_value
     field = tpu.label_field(TOPOLOGY_LABEL)
     if value is None:
+        if not tpu.chips:
+            return []  # a Pod on every node of a TPU type (an agent): no slice of its own
         if tpu.slice_value is not None:
             if accelerator is None or accelerator.dynamic_slicing:
                 return []  # dynamic slicing: the annotation is the slice

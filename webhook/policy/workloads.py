@@ -148,6 +148,8 @@ WORKLOADS: dict[tuple[str, str], Workload] = {
             ),
         ),
         Workload("apps", "v1", "Deployment", "deployments", (Template(POD_TEMPLATE, None),)),
+        # one Pod per node: an agent on TPU nodes (chip-less), or one TPU host each
+        Workload("apps", "v1", "DaemonSet", "daemonsets", (Template(POD_TEMPLATE, None),)),
         Workload(
             "apps",
             "v1",
