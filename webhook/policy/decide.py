@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from webhook.catalog.tpu import TPU_RESOURCE, Catalog, SliceShape
-from webhook.policy import partial, slice_rules, spec_rules
+from webhook.policy import compute_classes, partial, slice_rules, spec_rules
+from webhook.policy.cluster import EMPTY, ClusterView
 from webhook.policy.context import Context, opted_out, read_context, skips_checks
 from webhook.policy.exemptions import EXEMPTIONS, Exemptions
 from webhook.policy.mutate import (
@@ -85,7 +86,11 @@ def tpu_sites(obj: Mapping[str, Any], workload: Workload) -> list[tuple[Site, Tp
 
 
 def mutate(
-    obj: Mapping[str, Any], workload: Workload, catalog: Catalog, options: Options
+    obj: Mapping[str, Any],
+    workload: Workload,
+    catalog: Catalog,
+    options: Options,
+    cluster: ClusterView = EMPTY,
 ) -> Verdict:
     sites = tpu_sites(obj, workload)
     if not sites:
@@ -102,7 +107,11 @@ def mutate(
             ops += add_missing_env(tpu, workload.megascale(obj, site))
         if not options.inject_worker_env or len(tpu.app_chips) != 1:
             continue  # several TPU containers per host: projects number them differently
-        shape = slice_shape(tpu, catalog)
+        shape = (
+            compute_classes.shape(tpu, cluster, catalog)
+            if compute_classes.needs_class(tpu)
+            else slice_shape(tpu, catalog)
+        )
         if shape is not None and shape.multi_host:
             context = context or read_context(obj, owner_role, options.exemptions)
             if site.template.hosts is not None:
@@ -125,6 +134,7 @@ def validate(
     catalog: Catalog,
     old: Mapping[str, Any] | None = None,
     options: Options = DEFAULT_OPTIONS,
+    cluster: ClusterView = EMPTY,
 ) -> Verdict:
     """Every violation; on UPDATE (`old` given) only those the update introduces deny.
 
@@ -135,14 +145,14 @@ def validate(
     if old is not None and obj.get("spec") == old.get("spec"):
         return ALLOW
     context = read_context(obj, owner_role, options.exemptions)
-    found = violations(obj, workload, catalog, context, options.exemptions)
+    found = violations(obj, workload, catalog, context, options.exemptions, cluster)
     if not found:
         return ALLOW
     if old is not None:
         as_now = read_context(old, owner_role, options.exemptions).owned_as(context)
         before = {
             (v.code, str(v.field))
-            for v in violations(old, workload, catalog, as_now, options.exemptions)
+            for v in violations(old, workload, catalog, as_now, options.exemptions, cluster)
         }
         found = [v for v in found if v.advisory or (v.code, str(v.field)) not in before]
     denials: list[Violation] = []
@@ -158,6 +168,7 @@ def violations(
     catalog: Catalog,
     context: Context | None = None,
     exemptions: Exemptions = EXEMPTIONS,
+    cluster: ClusterView = EMPTY,
 ) -> list[Violation]:
     sites = tpu_sites(obj, workload)
     if not sites:
@@ -167,6 +178,25 @@ def violations(
     if context.opted_out or context.skip_checks:
         return []
     found: list[Violation] = partial.check_templates_read(obj, workload)
+
+    def of(shaped: list[tuple[Site, TpuSpec]]) -> list[Violation]:
+        return findings(obj, workload, shaped, catalog, context, exemptions)
+
+    if any(compute_classes.needs_class(tpu) for _, tpu in sites):
+        return found + compute_classes.check(sites, cluster, catalog, of)
+    return found + of(sites)
+
+
+def findings(
+    obj: Mapping[str, Any],
+    workload: Workload,
+    sites: list[tuple[Site, TpuSpec]],
+    catalog: Catalog,
+    context: Context,
+    exemptions: Exemptions,
+) -> list[Violation]:
+    """Every finding on the object's TPU pod templates `sites`, and on the object as a whole."""
+    found: list[Violation] = []
     as_written: list[Violation] = []  # what belongs to the object a user wrote
     for site, tpu in sites:
         if skips_checks(tpu.annotations, exemptions):
