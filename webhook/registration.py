@@ -46,7 +46,6 @@ class Kind:
     resource: str
     pod_specs: tuple[Steps, ...]  # from the object's root; EVERY_ITEM steps into lists
     slice_fields: tuple[Steps, ...] = ()  # host counts, completion mode, retries: likewise
-    claim: bool = False  # a DRA claim kind: sent whole (its device class is the server's to read)
 
 
 def registered_kinds(workloads: Iterable[Workload] = WORKLOADS.values()) -> tuple[Kind, ...]:
@@ -59,7 +58,6 @@ def registered_kinds(workloads: Iterable[Workload] = WORKLOADS.values()) -> tupl
             w.resource,
             w.pod_spec_paths,
             tuple(p for t in w.templates if t.hosts for p in t.hosts.paths.values()),
-            w.claim,
         )
         for w in workloads
     )
@@ -98,8 +96,8 @@ def tpu_match_expression(kinds: Iterable[Kind] | None = None) -> str:
         raise ValueError(f"kinds of the same name in two groups need a group test: {duplicated}")
     by_specs: dict[str, list[str]] = {}
     for kind in kinds:
-        if kind.claim:
-            continue
+        if not kind.pod_specs:
+            continue  # sent whole, below
         specs = " + ".join(_specs("object", path) for path in kind.pod_specs)
         by_specs.setdefault(specs, []).append(kind.kind)
     branches = ""
@@ -107,11 +105,12 @@ def tpu_match_expression(kinds: Iterable[Kind] | None = None) -> str:
         test = " || ".join(f"request.kind.kind == '{name}'" for name in kind_names)
         branches += f"({test})\n  ? {specs}\n  : "
     pod_specs = f"({branches}[]\n).exists(s,\n{_tpu_spec('s')})"
-    claims = [f"'{k.kind}'" for k in kinds if k.claim]
-    if not claims:
+    whole = [f"'{k.kind}'" for k in kinds if not k.pod_specs]
+    if not whole:
         return pod_specs
-    # a claim kind is sent whole: whether its device class selects TPUs is the server's to read
-    return f"request.kind.kind in [{', '.join(claims)}]\n|| {pod_specs}"
+    # kinds without pod templates are sent whole: a claim (whether its device class selects
+    # TPUs is the server's to read), an owner read by its own fields (TrainJob, PathwaysJob)
+    return f"request.kind.kind in [{', '.join(whole)}]\n|| {pod_specs}"
 
 
 def _specs(base: str, path: Steps) -> str:

@@ -17,6 +17,7 @@ import re
 
 from webhook.catalog.tpu import ACCELERATOR_LABEL, TOPOLOGY_LABEL, TPU_RESOURCE
 from webhook.policy.podspec import AFFINITY_TERMS
+from webhook.policy.workloads import WORKLOADS
 
 __all__ = [
     "AFFINITY_TERMS",
@@ -25,12 +26,16 @@ __all__ = [
     "TPU_MARKERS",
     "TPU_RESOURCES",
     "TPU_SELECTOR_KEYS",
+    "WHOLE_KINDS",
 ]
 
 TPU_SELECTOR_KEYS = (ACCELERATOR_LABEL, TOPOLOGY_LABEL)  # in nodeSelector or AFFINITY_TERMS
 TPU_RESOURCES = (TPU_RESOURCE,)
 CONTAINER_LISTS = ("containers", "initContainers")
 RESOURCE_CLAIMS = "resourceClaims"  # a pod spec's DRA claims
+# Kinds without pod templates, decided whole (as the CEL filter sends them): TrainJob,
+# PathwaysJob, the DRA claims. Their reviews are decoded whatever their bytes.
+WHOLE_KINDS = frozenset(w.kind for w in WORKLOADS.values() if not w.templates)
 
 # The API server serialises objects with Go's encoding/json, which escapes only <, >, &, U+2028,
 # U+2029 and control characters: each key appears literally in the body of a review whose object

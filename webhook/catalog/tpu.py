@@ -205,7 +205,15 @@ class Catalog:
         return None
 
     def is_machine_type(self, value: str) -> bool:
-        return any(m.name == value for a in self.accelerators.values() for m in a.machine_types)
+        return self.machine(value) is not None
+
+    def machine(self, name: str) -> tuple[Accelerator, MachineType] | None:
+        """The accelerator a machine type (`ct6e-standard-4t`) belongs to, and the machine."""
+        for accelerator in self.accelerators.values():
+            for machine in accelerator.machine_types:
+                if machine.name == name:
+                    return accelerator, machine
+        return None
 
     def names(self) -> str:
         return ", ".join(self.accelerators)

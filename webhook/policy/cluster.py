@@ -51,12 +51,27 @@ class ComputeClass:
 
 
 @dataclass(frozen=True, slots=True)
+class Runtime:
+    """A Kubeflow Trainer ClusterTrainingRuntime or TrainingRuntime: the JobSet its TrainJobs
+    get (`spec.template.spec`, as written) and its default number of nodes."""
+
+    jobset: Mapping[str, Any]
+    num_nodes: object  # spec.mlPolicy.numNodes, as written
+
+
+TRAINER_GROUP = "trainer.kubeflow.org"
+RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterView:
     compute_classes: Mapping[str, ComputeClass] = field(default_factory=dict)
     # (kind, namespace, name) -> the TPU requests of a ResourceClaimTemplate or ResourceClaim
     claims: Mapping[tuple[str, str, str], Claim] = field(default_factory=dict)
     # the DeviceClasses that select GKE's TPU DRA driver (the catalog's, and the cluster's own)
     tpu_device_classes: frozenset[str] = frozenset()
+    # (kind, namespace or "", name) -> a Kubeflow Trainer runtime
+    runtimes: Mapping[tuple[str, str, str], Runtime] = field(default_factory=dict)
     # the kinds that were read ("ComputeClass"): a name absent from a kind read is not there;
     # from a kind not read, it is not known
     read: frozenset[str] = frozenset()
@@ -67,10 +82,21 @@ class ClusterView:
     def claim(self, kind: str, namespace: str, name: str) -> Claim | None:
         return self.claims.get((kind, namespace, name))
 
+    def runtime(self, kind: str, namespace: str, name: str) -> Runtime | None:
+        """A TrainingRuntime of the namespace, or a ClusterTrainingRuntime (namespace "")."""
+        scope = "" if kind == "ClusterTrainingRuntime" else namespace
+        return self.runtimes.get((kind, scope, name))
+
 
 EMPTY = ClusterView()
 # The kinds a view is built from (what `--cluster-objects` and the cluster watcher read).
-CLUSTER_KINDS = (COMPUTE_CLASS_KIND, CLAIM_TEMPLATE_KIND, CLAIM_KIND, DEVICE_CLASS_KIND)
+CLUSTER_KINDS = (
+    COMPUTE_CLASS_KIND,
+    CLAIM_TEMPLATE_KIND,
+    CLAIM_KIND,
+    DEVICE_CLASS_KIND,
+    *RUNTIME_KINDS,
+)
 
 
 def view_of(
@@ -98,12 +124,43 @@ def view_of(
             if isinstance(name, str) and name:
                 tpu_classes.add(name)
     claims: dict[tuple[str, str, str], Claim] = {}
+    runtimes: dict[tuple[str, str, str], Runtime] = {}
     frozen = frozenset(tpu_classes)
     for obj in given:
         claim = claim_of(obj, frozen)
         if claim is not None and claim.requests:
             claims[(claim.kind, claim.namespace or namespace, claim.name)] = claim
-    return ClusterView(classes, claims, frozen, frozenset(read))
+        found = runtime_of(obj, namespace)
+        if found is not None:
+            runtimes[found[0]] = found[1]
+    return ClusterView(classes, claims, frozen, runtimes, frozenset(read))
+
+
+def runtime_of(
+    obj: Mapping[str, Any], namespace: str = "default"
+) -> tuple[tuple[str, str, str], Runtime] | None:
+    """A Trainer runtime object's key and view; None for any other object."""
+    api_version, kind = obj.get("apiVersion"), obj.get("kind")
+    if kind not in RUNTIME_KINDS or not isinstance(api_version, str):
+        return None
+    if api_version.rpartition("/")[0] != TRAINER_GROUP:
+        return None
+    metadata = obj.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    name, scope = metadata.get("name"), metadata.get("namespace")
+    spec = obj.get("spec")
+    spec = spec if isinstance(spec, dict) else {}
+    template = spec.get("template")
+    jobset = template.get("spec") if isinstance(template, dict) else None
+    policy = spec.get("mlPolicy")
+    if not isinstance(name, str) or not name or not isinstance(jobset, dict):
+        return None
+    if kind == "ClusterTrainingRuntime":
+        scope = ""
+    elif not isinstance(scope, str) or not scope:
+        scope = namespace
+    num_nodes = policy.get("numNodes") if isinstance(policy, dict) else None
+    return (str(kind), scope, name), Runtime(jobset, num_nodes)
 
 
 def _selects(device_class: Mapping[str, Any], driver: str) -> bool:

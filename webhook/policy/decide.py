@@ -228,8 +228,8 @@ def violations(
     sites = tpu_sites(obj, workload)
     if sites and claims_maybe(sites):
         sites = with_claims(obj, sites, catalog, cluster)
-    if not sites:
-        return []
+    if not sites and (workload.templates or workload.check is None):
+        return []  # an owner without pod templates (TrainJob, PathwaysJob) is read by its check
     if context is None:
         context = read_context(obj, owner_role, exemptions)
     if context.opted_out or context.skip_checks:
@@ -237,7 +237,7 @@ def violations(
     found: list[Violation] = partial.check_templates_read(obj, workload)
 
     def of(shaped: list[tuple[Site, TpuSpec]]) -> list[Violation]:
-        return findings(obj, workload, shaped, catalog, context, exemptions)
+        return findings(obj, workload, shaped, catalog, context, exemptions, cluster)
 
     if any(compute_classes.needs_class(tpu) for _, tpu in sites):
         return found + compute_classes.check(sites, cluster, catalog, of)
@@ -251,6 +251,7 @@ def findings(
     catalog: Catalog,
     context: Context,
     exemptions: Exemptions,
+    cluster: ClusterView = EMPTY,
 ) -> list[Violation]:
     """Every finding on the object's TPU pod templates `sites`, and on the object as a whole."""
     found: list[Violation] = []
@@ -275,7 +276,7 @@ def findings(
         elif not context.child and site.template.hosts and site.template.hosts.counts_single_host:
             as_written += slice_rules.check_host_counts(obj, site, shape)
     if not context.child and workload.check is not None:
-        as_written += workload.check(obj, sites, catalog, exemptions)
+        as_written += workload.check(obj, sites, catalog, exemptions, cluster)
     if context.owner is not None and as_written:  # a custom owner the table does not know
         as_written = [unknown_owner(v, context.owner.describe()) for v in as_written]
     return found + as_written

@@ -10,9 +10,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from webhook.catalog.tpu import Catalog, SliceShape
+from webhook.policy.cluster import ClusterView
 from webhook.policy.exemptions import Exemptions
 from webhook.policy.mutate import PatchOp, job_pod_worker_env
-from webhook.policy.owners import jobset, leaderworkerset
+from webhook.policy.owners import jobset, leaderworkerset, pathways, trainjob
 from webhook.policy.paths import FieldPath
 from webhook.policy.podspec import TpuSpec
 from webhook.policy.templates import (
@@ -39,7 +40,8 @@ ChildPodEnv = Callable[
 ]
 # What a kind checks as a whole, where a user wrote it: its own fields, its own numbering.
 OwnerCheck = Callable[
-    [Mapping[str, Any], list[tuple[Site, TpuSpec]], Catalog, Exemptions], list[Violation]
+    [Mapping[str, Any], list[tuple[Site, TpuSpec]], Catalog, Exemptions, ClusterView],
+    list[Violation],
 ]
 
 
@@ -192,6 +194,11 @@ WORKLOADS: dict[tuple[str, str], Workload] = {
             claim=True,
         ),
         Workload("resource.k8s.io", "v1", "ResourceClaim", "resourceclaims", (), claim=True),
+        # Owners that make JobSets from fields of their own: decided by those fields
+        Workload(
+            "pathways-job.pathways.domain", "v1", "PathwaysJob", "pathwaysjobs", (), pathways.check
+        ),
+        Workload("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs", (), trainjob.check),
         _ray("RayCluster", "rayclusters"),
         _ray("RayJob", "rayjobs"),
         _ray("RayService", "rayservices"),

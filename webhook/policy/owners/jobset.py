@@ -19,6 +19,7 @@ from webhook.catalog.owners import (
     MEGASCALE_SLICE_ID,
 )
 from webhook.catalog.tpu import MAX_HOSTNAME_LENGTH, Catalog, SliceShape
+from webhook.policy.cluster import ClusterView
 from webhook.policy.context import skips_checks
 from webhook.policy.exemptions import Exemptions
 from webhook.policy.paths import FieldPath
@@ -56,6 +57,7 @@ def check(
     sites: list[tuple[Site, TpuSpec]],
     catalog: Catalog,
     exemptions: Exemptions,
+    cluster: ClusterView,
 ) -> list[Violation]:
     """What the JobSet adds to its replicatedJobs' Job rules: their multislice variables, and
     for multi-host slices DNS hostnames and hostname lengths."""

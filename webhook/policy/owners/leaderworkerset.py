@@ -18,6 +18,7 @@ from webhook.catalog.tpu import (
     Catalog,
     SliceShape,
 )
+from webhook.policy.cluster import ClusterView
 from webhook.policy.exemptions import Exemptions
 from webhook.policy.paths import FieldPath
 from webhook.policy.podspec import TpuSpec, slice_shape
@@ -35,6 +36,7 @@ def check(
     sites: list[tuple[Site, TpuSpec]],
     catalog: Catalog,
     exemptions: Exemptions,
+    cluster: ClusterView,
 ) -> list[Violation]:
     by_role = {site.template.path[-1]: tpu for site, tpu in sites}
     worker = by_role.get("workerTemplate")
