@@ -28,6 +28,7 @@ from webhook.admission.dispatch import Policy, review_request
 from webhook.admission.review import GroupVersionKind, Request
 from webhook.catalog import load_catalog
 from webhook.offline import read_objects
+from webhook.registration import registered_kinds
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 MANIFESTS = sorted(CORPUS.glob("*/*.yaml"))
@@ -38,6 +39,8 @@ CATEGORIES = frozenset(
         "deployment", "job", "jobset", "leaderworkerset", "ray", "multislice", "dynamic-slicing",
         "sub-slicing", "tpu7x-multi-container", "hostnetwork", "kueue",
         "v4", "v5e", "v5p", "v6e", "tpu7x",
+        "compute-class", "autopilot", "dra", "trainjob", "pathwaysjob", "daemonset", "kueue-tas",
+        "chipless",
     }
 )  # fmt: skip
 GENERATIONS = {
@@ -48,13 +51,31 @@ GENERATIONS = {
     "tpu-v6e-slice": "v6e",
     "tpu7x": "tpu7x",
 }
+MACHINE_GENERATIONS = {  # machine-type prefixes (a PathwaysJob's workers[].type)
+    "ct4p-": "v4",
+    "ct5lp-": "v5e",
+    "ct5l-": "v5e",
+    "ct5p-": "v5p",
+    "ct6e-": "v6e",
+    "tpu7x-": "tpu7x",
+}
 SLICE_TOPOLOGY = "cloud.google.com/gke-tpu-slice-topology"
+COMPUTE_CLASS = "cloud.google.com/compute-class"
+TPU_KEYS = (ch.ACCELERATOR, ch.TOPOLOGY)
+TPU_DEVICE_CLASS = "tpu.google.com"  # kubernetes-sigs/dra-driver-google-tpu's DeviceClass
+TAS_ANNOTATIONS = (
+    "kueue.x-k8s.io/podset-required-topology",
+    "kueue.x-k8s.io/podset-preferred-topology",
+    "kueue.x-k8s.io/podset-slice-required-topology",
+    "kueue.x-k8s.io/podset-slice-size",
+)
+SENT = frozenset((k.group, k.kind) for k in registered_kinds())  # what the API server sends us
 WORKER_VARIABLES = ("TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES", "TPU_NAME", "TPU_PROCESS_ADDRESSES")
 SEVERITY = {
     "p": " (one network namespace; the API server warns of a duplicate port definition)",
     "h": " (hostNetwork: the API server rejects a host port used twice)",
 }
-HEADER = re.compile(r"# (Source|Placeholders|Expect|Why|Covers|Kueue-flavor): (.+)")
+HEADER = re.compile(r"# (Source|Placeholders|Expect|Why|Covers|Kueue-flavor|Cluster): (.+)")
 SOURCE = re.compile(r"https://github\.com/[\w.-]+/[\w.-]+/blob/[0-9a-f]{40}/\S+")
 
 
@@ -78,6 +99,18 @@ class Manifest:
         text = self.header.get("Kueue-flavor", "").split(" (")[0]
         pairs = [p.strip().partition("=") for p in text.split(",") if p.strip()]
         return {k: v for k, _, v in pairs}
+
+    @property
+    def autopilot(self) -> bool:
+        """`# Cluster: autopilot (where from)`: the source runs it on a GKE Autopilot cluster,
+        which the objects themselves cannot say."""
+        return self.header.get("Cluster", "").split(" (")[0] == "autopilot"
+
+    def named(self, kind: str, name: str) -> dict[str, Any] | None:
+        """The manifest's object of that kind and name (a ComputeClass, a runtime, a claim
+        template), as the cluster would hold it next to the workload."""
+        found = [o for o in self.objects if o.get("kind") == kind and ch.name_of(o) == name]
+        return found[0] if found else None
 
 
 @functools.cache
@@ -110,7 +143,7 @@ def pod_templates(obj: Mapping[str, Any]) -> Iterator[tuple[Mapping[str, Any], M
     kind = obj.get("kind")
     if kind == "Pod":
         yield obj.get("metadata") or {}, spec
-    elif kind in ("Job", "Deployment", "StatefulSet", "ReplicaSet"):
+    elif kind in ("Job", "Deployment", "StatefulSet", "ReplicaSet", "DaemonSet"):
         template = spec.get("template") or {}
         yield template.get("metadata") or {}, template.get("spec") or {}
     elif kind == "JobSet":
@@ -156,26 +189,124 @@ def derived_covers(m: Manifest) -> set[str]:
         "RayJob": "ray",
         "RayService": "ray",
         "Pod": "pod",
+        "DaemonSet": "daemonset",
+        "TrainJob": "trainjob",
+        "PathwaysJob": "pathwaysjob",
     }
-    found: set[str] = set()
+    found: set[str] = {"autopilot"} if m.autopilot else set()
     for obj in m.objects:
         if obj.get("kind") in kinds:
             found.add(kinds[obj["kind"]])
         if ch.kueue_queued(obj):
             found.add("kueue")
-        for template_meta, spec in pod_templates(obj):
-            if not chips(spec):
+        for template_meta, spec in [*pod_templates(obj), *trainjob_templates(obj, m)]:
+            annotations = template_meta.get("annotations") or {}
+            found |= {"kueue-tas"} if any(a in annotations for a in TAS_ANNOTATIONS) else set()
+            claims = tpu_claims(spec, m)
+            if not chips(spec) and not claims:
+                found |= {"chipless"} if selects_tpu_nodes(spec) else set()
                 continue
             labels = {**selector(spec), **m.flavor}
-            found.add(GENERATIONS.get(labels.get(ch.ACCELERATOR, ""), "unknown-generation"))
+            found |= {"dra"} if claims else set()
+            found |= {"compute-class"} if COMPUTE_CLASS in labels else set()
+            accelerator = labels.get(ch.ACCELERATOR) or compute_class_type(labels, m)
+            if chips(spec) or accelerator:
+                found.add(GENERATIONS.get(accelerator or "", "unknown-generation"))
             found |= {"hostnetwork"} if spec.get("hostNetwork") else set()
             found |= {"tpu7x-multi-container"} if len(chips(spec)) > 1 else set()
-            slice_topology = (template_meta.get("annotations") or {}).get(SLICE_TOPOLOGY)
+            slice_topology = annotations.get(SLICE_TOPOLOGY)
             if slice_topology and ch.TOPOLOGY not in labels:
                 found.add("dynamic-slicing")
             elif slice_topology and labels[ch.TOPOLOGY] != slice_topology:
                 found.add("sub-slicing")
+        found |= pathways_covers(obj)
         found |= {"multislice"} if multislice(obj) else set()
+    return found
+
+
+def selects_tpu_nodes(spec: Mapping[str, Any]) -> bool:
+    """A TPU key in the nodeSelector or in a required node-affinity term, any operator (a
+    DaemonSet's `Exists` too)."""
+    if any(k in (spec.get("nodeSelector") or {}) for k in TPU_KEYS):
+        return True
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    return any(
+        e.get("key") in TPU_KEYS
+        for term in affinity.get("nodeSelectorTerms") or []
+        for e in term.get("matchExpressions") or []
+    )
+
+
+def compute_class_type(labels: Mapping[str, str], m: Manifest) -> str | None:
+    """The TPU type of the first TPU priority of the custom ComputeClass the Pod selects, when
+    the manifest holds it (GKE provisions a node of that priority: no accelerator selector)."""
+    cc = m.named("ComputeClass", labels.get(COMPUTE_CLASS, "")) if COMPUTE_CLASS in labels else None
+    types = [
+        (p.get("tpu") or {}).get("type")
+        for p in ((cc or {}).get("spec") or {}).get("priorities") or []
+    ]
+    return next((t for t in types if t), None)
+
+
+def tpu_claims(spec: Mapping[str, Any], m: Manifest) -> list[str]:
+    """The Pod's DRA claims whose ResourceClaimTemplate (in the manifest) asks the TPU
+    DeviceClass: `devices.requests[].exactly.deviceClassName` (resource.k8s.io/v1) or
+    `devices.requests[].deviceClassName` (v1beta1)."""
+    found = []
+    for claim in spec.get("resourceClaims") or []:
+        template = m.named("ResourceClaimTemplate", claim.get("resourceClaimTemplateName", ""))
+        requests = (((template or {}).get("spec") or {}).get("spec") or {}).get("devices") or {}
+        for request in requests.get("requests") or []:
+            exactly = request.get("exactly") or request
+            if exactly.get("deviceClassName") == TPU_DEVICE_CLASS:
+                found.append(claim["name"])
+    return found
+
+
+def trainjob_templates(
+    obj: Mapping[str, Any], m: Manifest
+) -> Iterator[tuple[Mapping[str, Any], Mapping[str, Any]]]:
+    """A TrainJob's trainer Pods as its controller will build them, enough to derive categories:
+    the runtime's (in the manifest) `node` template, the nodeSelector and tolerations of the
+    TrainJob's runtimePatches, and a container asking `trainer.resourcesPerNode`. The JobSet
+    itself is modelled in tests/corpus/controllers (kubeflow/trainer's own module)."""
+    if obj.get("kind") != "TrainJob":
+        return
+    spec = obj.get("spec") or {}
+    ref = (spec.get("runtimeRef") or {}).get("name", "")
+    runtime = m.named("ClusterTrainingRuntime", ref) or m.named("TrainingRuntime", ref) or {}
+    rjobs = ((runtime.get("spec") or {}).get("template") or {}).get("spec") or {}
+    for rjob in rjobs.get("replicatedJobs") or []:
+        template = ((rjob.get("template") or {}).get("spec") or {}).get("template") or {}
+        pod = copy.deepcopy(dict(template.get("spec") or {}))
+        for patch in spec.get("runtimePatches") or []:
+            patched = (
+                ((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {}
+            ).get("replicatedJobs") or []
+            for rj in [r for r in patched if r.get("name") == rjob.get("name")]:
+                pod_patch = ((rj.get("template") or {}).get("spec") or {}).get("template") or {}
+                pod_spec = pod_patch.get("spec") or {}
+                pod["nodeSelector"] = {
+                    **(pod.get("nodeSelector") or {}),
+                    **(pod_spec.get("nodeSelector") or {}),
+                }
+        resources = (spec.get("trainer") or {}).get("resourcesPerNode") or {}
+        pod["containers"] = [{"name": "node", "resources": resources}]
+        yield template.get("metadata") or {}, pod
+
+
+def pathways_covers(obj: Mapping[str, Any]) -> set[str]:
+    """A PathwaysJob's workers: the generation from the machine type, several slices."""
+    if obj.get("kind") != "PathwaysJob":
+        return set()
+    found: set[str] = set()
+    for worker in (obj.get("spec") or {}).get("workers") or []:
+        machine = str(worker.get("type", ""))
+        prefixes = [g for p, g in MACHINE_GENERATIONS.items() if machine.startswith(p)]
+        found.add(prefixes[0] if prefixes else "unknown-generation")
+        found |= {"multislice"} if int(worker.get("numSlices", 1)) > 1 else set()
     return found
 
 
@@ -305,6 +436,8 @@ def decide(
     the final object, as the API server chains them. The final object, or None when denied."""
     run.steps += 1
     sent = before(obj) if before else copy.deepcopy(dict(obj))
+    if ch.group_kind(sent) not in SENT:  # not in our configurations' rules: never sent to us
+        return after(sent) if after else sent
     operation = "CREATE" if old is None else "UPDATE"
     mutated = review_request(request(sent, operation, old), "mutate", POLICY)
     try:
