@@ -721,3 +721,29 @@ def test_kueue_admission_merges_the_flavor_labels_and_unsuspends_the_job() -> No
         ch.TOPOLOGY: "2x2x2",
     }
     assert len(ch.children(ch.stored(admitted))) == 2
+
+
+def test_the_daemonset_controller_replaces_required_node_affinity_with_the_node_name() -> None:
+    daemonset = corpus_object("tpu-network-optimization-daemonset-v6e", "DaemonSet")
+    (pod,) = ch.children(daemonset)
+    spec = pod["spec"]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"] == [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gke-tpu-node-0"]}]}
+    ]
+    assert not selects_tpu_nodes(spec)  # the template's TPU affinity term is gone
+    keys = [(t.get("key"), t.get("effect")) for t in spec["tolerations"]]
+    assert ("node.kubernetes.io/network-unavailable", "NoSchedule") in keys  # hostNetwork
+    assert (None, "NoExecute") in keys  # the template's own, kept
+    assert pod["metadata"]["generateName"] == "tpu-network-optimization-"
+    assert pod["metadata"]["ownerReferences"][0]["kind"] == "DaemonSet"
+
+
+def test_kinds_outside_the_webhook_rules_are_admitted_without_being_sent() -> None:
+    compute_class = corpus_object("vllm-qwen3-32b-deployment-compute-class-v6e-2x2", "ComputeClass")
+    run = Run()
+    assert ("cloud.google.com", "ComputeClass") not in SENT
+    assert (decide(run, "ComputeClass/tpu-v6e-2x2", compute_class), run.denials) == (
+        compute_class,
+        [],
+    )
