@@ -22,6 +22,7 @@ from typing import Any
 import jsonpatch
 import pytest
 from ruamel.yaml import YAML
+from ruamel.yaml.constructor import SafeConstructor
 
 from tests.corpus import controllers as ch
 from webhook.admission.dispatch import Policy, review_request
@@ -113,6 +114,16 @@ class Manifest:
         return found[0] if found else None
 
 
+class KubectlConstructor(SafeConstructor):
+    """Maps as kubectl's go-yaml builds them: a key given twice keeps its last value (as
+    webhook.manifests reads it too), where ruamel would refuse the file or keep the first."""
+
+    def check_mapping_key(
+        self, node: Any, key_node: Any, mapping: Any, key: Any, value: Any
+    ) -> bool:
+        return True
+
+
 @functools.cache
 def manifest(path: Path) -> Manifest:
     text = path.read_text("utf-8")
@@ -125,7 +136,9 @@ def manifest(path: Path) -> Manifest:
     # kubectl reads trailing blanks after a value (a TAB too, which ruamel refuses): drop them
     # here; whether the CLI reads the file as it is, is test_the_cli_reads_the_manifest's question.
     plain = "\n".join(line.rstrip() for line in text.splitlines())
-    documents = YAML(typ="safe", pure=True).load_all(plain)
+    reader = YAML(typ="safe", pure=True)
+    reader.Constructor = KubectlConstructor
+    documents = reader.load_all(plain)
     objects = tuple(copy.deepcopy(d) for d in documents if isinstance(d, dict))
     return Manifest(path, header, objects)
 
