@@ -26,7 +26,8 @@ from webhook.admission.trigger import (
     TPU_RESOURCES,
     TPU_SELECTOR_KEYS,
 )
-from webhook.policy.workloads import EACH, WORKLOADS, Workload
+from webhook.policy.templates import EACH
+from webhook.policy.workloads import WORKLOADS, Workload
 
 EVERY_ITEM = EACH  # a path step: every item of the list at this point
 API_GROUP = "admissionregistration.k8s.io/v1"

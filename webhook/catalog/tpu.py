@@ -16,6 +16,8 @@ TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
 # The workload's own slice, on the Pod (template) metadata: GKE dynamic slicing and sub-slicing.
 # It wins over the topology selector, which then names the node pool's slice.
 SLICE_TOPOLOGY_ANNOTATION = "cloud.google.com/gke-tpu-slice-topology"
+# A GKE custom ComputeClass selected by a Pod: its priorities say which TPU nodes GKE makes.
+COMPUTE_CLASS_LABEL = "cloud.google.com/compute-class"
 # GKE's escape hatch from its own TPU admission check, honoured for ours too.
 SKIP_CHECK_ANNOTATION = "cloud.google.com/skip-tpu-webhook-check"
 TPU_RESOURCE = "google.com/tpu"

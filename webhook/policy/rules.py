@@ -263,6 +263,37 @@ RULES: tuple[Rule, ...] = (
         "(clusterIP: None) selecting the Job's Pods",
     ),
     Rule(
+        "tpu.compute-class-mismatch",
+        Severity.DENY_OR_WARN,
+        "a Pod (template) that requests chips from a GKE ComputeClass "
+        "(`cloud.google.com/compute-class`) without TPU selectors of its own, held to every TPU "
+        "priority of the class (`spec.priorities[].tpu`: type, count, topology): denies when "
+        "it fits none",
+        "for the priorities it does not fit when another one fits (GKE may fall back to them), "
+        "or when the class also has priorities that name no TPU",
+        "GKE provisions nodes of a priority's shape: a Pod whose chips or host count fit none "
+        "of them waits Pending forever",
+        "request the chips of the class's nodes and run as many Pods as its slice has hosts, or "
+        "pick a class of the shape you need",
+        "spec.containers[0].resources.limits[google.com/tpu]: Invalid value: 8: compute class "
+        "tpu-v6e-2x2 priority 1 (tpu-v6e-slice 2x2, 4 chips per node): tpu-v6e-slice 2x2 runs 4 "
+        "chips per host; set requests and limits to 4",
+    ),
+    Rule(
+        "tpu.compute-class-unknown",
+        Severity.WARN,
+        "a Pod that requests chips from a ComputeClass tpu-webhook cannot check: not known here, "
+        "absent from the cluster, or naming no TPU",
+        "",
+        "without the class its TPU type, slice and chip counts cannot be checked; a class the "
+        "cluster does not have provisions no node",
+        "create the class (or fix its name); run tpu-webhook with the cluster's ComputeClasses "
+        "(the chart's clusterObjects, or `check --cluster-objects`)",
+        'spec.nodeSelector[cloud.google.com/compute-class]: Unknown value: "tpu-v5e-2x4": '
+        "tpu-webhook does not know compute class tpu-v5e-2x4 (it reads none here); the Pods' TPU "
+        "type, slice and google.com/tpu requests are not checked against it",
+    ),
+    Rule(
         "tpu.checked-partly",
         Severity.WARN,
         f"an object larger than tpu-webhook reads: more than {MAX_CONTAINERS} containers in a "

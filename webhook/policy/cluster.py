@@ -1,0 +1,113 @@
+"""What the cluster holds that a decision may need, as plain read-only data: GKE ComputeClasses
+(the TPU shapes a class provisions), and which of those sources were read at all.
+
+Built from the objects themselves, as the API server stores them: in the server by the cluster
+watcher (webhook/cluster/), offline from the manifests and `--cluster-objects` files. A decision
+reads one snapshot; nothing here waits for the API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.policy.bounds import MAX_LABEL_VALUE, MAX_POD_TEMPLATES
+
+COMPUTE_CLASS_GROUP = "cloud.google.com"
+COMPUTE_CLASS_KIND = "ComputeClass"
+
+
+@dataclass(frozen=True, slots=True)
+class TpuPriority:
+    """One `spec.priorities[i].tpu` of a ComputeClass: the TPU nodes GKE provisions for it."""
+
+    index: int  # its place in spec.priorities
+    accelerator: str  # tpu.type: the accelerator label of the nodes (tpu-v6e-slice)
+    topology: str  # tpu.topology: the slice (2x4)
+    chips: int | None  # tpu.count: chips per node; None when not given
+
+    def describe(self) -> str:
+        """`priority 2 (tpu-v5-lite-podslice 2x4, 8 chips per node)`."""
+        chips = "" if self.chips is None else f", {self.chips} chips per node"
+        return f"priority {self.index + 1} ({self.accelerator} {self.topology}{chips})"
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeClass:
+    name: str
+    tpu: tuple[TpuPriority, ...]  # its TPU priorities, in order
+    # priorities that name no TPU shape (machine families, node pools by name): nodes whose TPUs,
+    # if any, are not known from the class
+    opaque: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    compute_classes: Mapping[str, ComputeClass] = field(default_factory=dict)
+    # the kinds that were read ("ComputeClass"): a name absent from a kind read is not there;
+    # from a kind not read, it is not known
+    read: frozenset[str] = frozenset()
+
+    def compute_class(self, name: str) -> ComputeClass | None:
+        return self.compute_classes.get(name)
+
+
+EMPTY = ClusterView()
+
+
+def view_of(objects: Iterable[Mapping[str, Any]], read: Iterable[str] = ()) -> ClusterView:
+    """The view of the cluster objects given (any kinds: those it does not use are skipped);
+    `read` names kinds read in full even when none of their objects is given."""
+    classes: dict[str, ComputeClass] = {}
+    kinds = set(read)
+    for obj in objects:
+        if is_compute_class(obj):
+            parsed = compute_class_of(obj)
+            if parsed is not None:
+                classes[parsed.name] = parsed
+    return ClusterView(classes, frozenset(kinds))
+
+
+def is_compute_class(obj: Mapping[str, Any]) -> bool:
+    api_version = obj.get("apiVersion")
+    return (
+        obj.get("kind") == COMPUTE_CLASS_KIND
+        and isinstance(api_version, str)
+        and api_version.rpartition("/")[0] == COMPUTE_CLASS_GROUP
+    )
+
+
+def compute_class_of(obj: Mapping[str, Any]) -> ComputeClass | None:
+    """A ComputeClass object's TPU priorities (`spec.priorities[i].tpu: {type, count,
+    topology}`); None without a name."""
+    metadata = obj.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    if not isinstance(name, str) or not name:
+        return None
+    spec = obj.get("spec")
+    priorities = spec.get("priorities") if isinstance(spec, dict) else None
+    tpu: list[TpuPriority] = []
+    opaque = 0
+    for index, priority in enumerate(
+        priorities[:MAX_POD_TEMPLATES] if isinstance(priorities, list) else ()
+    ):
+        found = _tpu_priority(index, priority)
+        if found is None:
+            opaque += 1
+        else:
+            tpu.append(found)
+    return ComputeClass(name, tuple(tpu), opaque)
+
+
+def _tpu_priority(index: int, priority: object) -> TpuPriority | None:
+    block = priority.get("tpu") if isinstance(priority, dict) else None
+    if not isinstance(block, dict):
+        return None
+    accelerator, topology, count = block.get("type"), block.get("topology"), block.get("count")
+    if not isinstance(accelerator, str) or not isinstance(topology, str):
+        return None
+    if len(accelerator) > MAX_LABEL_VALUE or len(topology) > MAX_LABEL_VALUE:
+        return None
+    chips = count if isinstance(count, int) and not isinstance(count, bool) else None
+    return TpuPriority(index, accelerator, topology, chips)
