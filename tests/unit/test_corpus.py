@@ -27,15 +27,17 @@ from ruamel.yaml import YAML
 from ruamel.yaml.constructor import SafeConstructor
 
 from tests.corpus import controllers as ch
-from webhook.admission.dispatch import Policy, review_request
+from webhook.admission.dispatch import Cluster, Policy, review_request
 from webhook.admission.review import GroupVersionKind, Request
 from webhook.catalog import load_catalog
 from webhook.offline import read_objects
+from webhook.policy.cluster import view_of
 from webhook.registration import registered_kinds
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 MANIFESTS = sorted(CORPUS.glob("*/*.yaml"))
-POLICY = Policy(load_catalog())
+CATALOG = load_catalog()
+POLICY = Policy(CATALOG)
 MINIMUM = 90  # 63 before issue 20, 27 added for it
 CATEGORIES = frozenset(
     {
@@ -420,6 +422,7 @@ class Run:
     problems: list[str] = field(default_factory=list)  # patches that break objects
     overridden: list[str] = field(default_factory=list)  # owner's worker variables changed
     steps: int = 0
+    policy: Policy = POLICY  # with the cluster view of the manifest's own ComputeClasses
 
     def codes(self) -> set[str]:
         return {code for _, code, _ in self.denials}
@@ -454,7 +457,7 @@ def decide(
     if ch.group_kind(sent) not in SENT:  # not in our configurations' rules: never sent to us
         return after(sent) if after else sent
     operation = "CREATE" if old is None else "UPDATE"
-    mutated = review_request(request(sent, operation, old), "mutate", POLICY)
+    mutated = review_request(request(sent, operation, old), "mutate", run.policy)
     try:
         patched = jsonpatch.apply_patch(copy.deepcopy(sent), list(mutated.patch))
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as error:
@@ -464,7 +467,7 @@ def decide(
     unpatched = after(sent) if after else sent
     run.problems += [f"{trail}: {p}" for p in sorted(api_problems(final) - api_problems(unpatched))]
     run.problems += [f"{trail}: {p}" for p in qos_changes(unpatched, final)]
-    verdict = review_request(request(final, operation, old), "validate", POLICY)
+    verdict = review_request(request(final, operation, old), "validate", run.policy)
     run.denials += [(trail, v.code, v.message) for v in verdict.denials]
     return None if verdict.denials else final
 
@@ -564,8 +567,10 @@ def shown(container: Mapping[str, Any], name: str) -> str | None:
 
 @functools.cache
 def run_manifest(path: Path) -> Run:
-    run = Run()
+    """The cluster holds the manifest's ComputeClasses (as `tpu-webhook check` reads a file: the
+    classes it holds are known, any other is unknown)."""
     m = manifest(path)
+    run = Run(policy=Policy(CATALOG, cluster=Cluster(view_of(m.objects))))
     for obj in m.objects:
         create(run, m, obj, obj)
     return run
