@@ -23,7 +23,7 @@ from webhook.examples import KINDS, example_manifests
 from webhook.manifests import ManifestError, read_objects
 from webhook.offline import Result, admit
 from webhook.output import OutputError, accelerator_data, dump, kubectl_list, verdicts_text
-from webhook.policy.cluster import COMPUTE_CLASS_KIND, ClusterView, view_of
+from webhook.policy.cluster import CLUSTER_KINDS, view_of
 from webhook.policy.decide import Options
 from webhook.policy.rules import BY_CODE, RULES
 
@@ -169,15 +169,19 @@ def _certs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _policy(args: argparse.Namespace, cluster: ClusterView) -> Policy:
-    return Policy(load_catalog(args.catalog), Options(), cluster=Cluster(cluster))
-
-
 def _admit_all(args: argparse.Namespace) -> list[Result]:
+    catalog = load_catalog(args.catalog)
     given = [found for source in args.filename for found in read_objects(source, warn=_warn)]
     held = [obj for source in args.cluster_objects for _, obj in read_objects(source, warn=_warn)]
-    read = {COMPUTE_CLASS_KIND} if args.cluster_objects else set()
-    policy = _policy(args, view_of([*held, *(obj for _, obj in given)], read))
+    read = set(CLUSTER_KINDS) if args.cluster_objects else set()
+    dra = catalog.dra
+    view = view_of(
+        [*held, *(obj for _, obj in given)],
+        read,
+        dra.device_classes if dra else (),
+        dra.driver if dra else "",
+    )
+    policy = Policy(catalog, Options(), cluster=Cluster(view))
     results = []
     for origin, obj in given:
         try:

@@ -23,6 +23,7 @@ import orjson
 from webhook.admission.trigger import (
     AFFINITY_TERMS,
     CONTAINER_LISTS,
+    RESOURCE_CLAIMS,
     TPU_RESOURCES,
     TPU_SELECTOR_KEYS,
 )
@@ -45,6 +46,7 @@ class Kind:
     resource: str
     pod_specs: tuple[Steps, ...]  # from the object's root; EVERY_ITEM steps into lists
     slice_fields: tuple[Steps, ...] = ()  # host counts, completion mode, retries: likewise
+    claim: bool = False  # a DRA claim kind: sent whole (its device class is the server's to read)
 
 
 def registered_kinds(workloads: Iterable[Workload] = WORKLOADS.values()) -> tuple[Kind, ...]:
@@ -57,6 +59,7 @@ def registered_kinds(workloads: Iterable[Workload] = WORKLOADS.values()) -> tupl
             w.resource,
             w.pod_spec_paths,
             tuple(p for t in w.templates if t.hosts for p in t.hosts.paths.values()),
+            w.claim,
         )
         for w in workloads
     )
@@ -95,13 +98,20 @@ def tpu_match_expression(kinds: Iterable[Kind] | None = None) -> str:
         raise ValueError(f"kinds of the same name in two groups need a group test: {duplicated}")
     by_specs: dict[str, list[str]] = {}
     for kind in kinds:
+        if kind.claim:
+            continue
         specs = " + ".join(_specs("object", path) for path in kind.pod_specs)
         by_specs.setdefault(specs, []).append(kind.kind)
     branches = ""
     for specs, kind_names in by_specs.items():
         test = " || ".join(f"request.kind.kind == '{name}'" for name in kind_names)
         branches += f"({test})\n  ? {specs}\n  : "
-    return f"({branches}[]\n).exists(s,\n{_tpu_spec('s')})"
+    pod_specs = f"({branches}[]\n).exists(s,\n{_tpu_spec('s')})"
+    claims = [f"'{k.kind}'" for k in kinds if k.claim]
+    if not claims:
+        return pod_specs
+    # a claim kind is sent whole: whether its device class selects TPUs is the server's to read
+    return f"request.kind.kind in [{', '.join(claims)}]\n|| {pod_specs}"
 
 
 def _specs(base: str, path: Steps) -> str:
@@ -147,7 +157,8 @@ def _tpu_spec(s: str) -> str:
         f"      && t.matchExpressions.exists(e, e.key in {keys})))\n"
         f"  || ({containers}).exists(c,\n"
         f"    has(c.resources)\n"
-        f"    && ({asks}))"
+        f"    && ({asks}))\n"
+        f"  || has({s}.{RESOURCE_CLAIMS})"
     )
 
 

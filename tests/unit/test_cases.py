@@ -43,7 +43,8 @@ MUTATE = load_cases("mutate")
 
 
 def selector(obj: dict[str, Any]) -> dict[str, Any]:
-    spec = workload_of(obj).sites(obj)[0].spec
+    sites = workload_of(obj).sites(obj)
+    spec = sites[0].spec if sites else None  # a claim kind has no pod template
     labels = spec.get("nodeSelector") if isinstance(spec, dict) else None
     return dict(labels or {})
 
@@ -60,7 +61,9 @@ def options_of(case: dict[str, Any]) -> decide.Options:
 def cluster_of(case: dict[str, Any]) -> ClusterView:
     """The case's `cluster`: the objects the cluster holds (ComputeClasses...), and `read`:
     the kinds read in full (default: those of the objects given)."""
-    return view_of(case.get("cluster", ()), case.get("read", ()))
+    dra = CATALOG.dra
+    assert dra is not None
+    return view_of(case.get("cluster", ()), case.get("read", ()), dra.device_classes, dra.driver)
 
 
 @pytest.mark.parametrize("case", VALIDATE, ids=[c["name"] for c in VALIDATE])

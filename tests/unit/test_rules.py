@@ -146,6 +146,20 @@ def _compute_class(name: str, accelerator: str, count: int, topology: str) -> di
     }
 
 
+def _claim_template(expression: str) -> dict[str, Any]:
+    request = {
+        "deviceClassName": "tpu.google.com",
+        "allocationMode": "All",
+        "selectors": [{"cel": {"expression": expression}}],
+    }
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "tpus", "namespace": "default"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "tpus", "exactly": request}]}}},
+    }
+
+
 def _many_containers() -> dict[str, Any]:
     obj = pod("tpu-v5-lite-podslice", "2x4", **chips(8))
     sidecar = {"name": "sidecar", "image": "busybox"}
@@ -190,6 +204,9 @@ INPUTS: dict[str, Any] = {
         view_of([_compute_class("tpu-v6e-2x2", "tpu-v6e-slice", 4, "2x2")]),
     ),
     "tpu.compute-class-unknown": lambda: _class_pod("tpu-v5e-2x4", 8),
+    "tpu.claim-invalid": lambda: _claim_template(
+        'device.attributes["tpu.google.com"].tpuGenn == "v6e"'
+    ),
 }
 
 

@@ -97,6 +97,7 @@ class Accelerator:
     # The slice may be given by the slice-topology annotation alone (GKE dynamic slicing).
     dynamic_slicing: bool = False
     chips_per_host: Mapping[str, tuple[int, ...]] = field(repr=False, default_factory=dict)
+    dra_generation: str | None = None  # the DRA driver's `tpuGen` for its chips
 
     @property
     def example_topology(self) -> str:
@@ -156,12 +157,23 @@ def topology_dimensions(topology: str) -> tuple[int, ...] | None:
 
 
 @dataclass(frozen=True, slots=True)
+class DraDriver:
+    """GKE's TPU DRA driver: its name, the DeviceClasses that select it, the device attributes
+    its ResourceSlices publish."""
+
+    driver: str
+    device_classes: frozenset[str]
+    attributes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Catalog:
     accelerators: Mapping[str, Accelerator]
     ports: tuple[Port, ...]
     unverified: frozenset[str]
     _near_misses: Mapping[str, str] = field(repr=False)  # squeezed alias or machine type -> label
     _spellings: tuple[tuple[str, str], ...] = field(repr=False, default=())  # (lowercase, label)
+    dra: DraDriver | None = None
 
     def accelerator(self, name: str) -> Accelerator | None:
         return self.accelerators.get(name)
@@ -212,6 +224,7 @@ def build_accelerator(
     multiple_tpu_containers: bool = False,
     aliases: Iterable[str] = (),
     dynamic_slicing: bool = False,
+    dra_generation: str | None = None,
 ) -> Accelerator:
     """Index every (topology, chips per host) this accelerator can run."""
     machines = tuple(machine_types)
@@ -250,11 +263,15 @@ def build_accelerator(
             topology: tuple(sorted({s.chips_per_host for s in options}))
             for topology, options in shapes.items()
         },
+        dra_generation=dra_generation,
     )
 
 
 def build_catalog(
-    accelerators: Iterable[Accelerator], ports: Iterable[Port], unverified: Iterable[str] = ()
+    accelerators: Iterable[Accelerator],
+    ports: Iterable[Port],
+    unverified: Iterable[str] = (),
+    dra: DraDriver | None = None,
 ) -> Catalog:
     table = {a.name: a for a in accelerators}
     near: dict[str, str] = {}
@@ -263,7 +280,7 @@ def build_catalog(
         for other in (*a.aliases, *(m.name for m in a.machine_types), a.name):
             near[_squeezed(other)] = a.name
         spellings += [(name.lower(), a.name) for name in (a.name, *a.aliases)]
-    return Catalog(table, tuple(ports), frozenset(unverified), near, tuple(spellings))
+    return Catalog(table, tuple(ports), frozenset(unverified), near, tuple(spellings), dra)
 
 
 def _chips(topology: str) -> int:

@@ -1,5 +1,6 @@
 """What the cluster holds that a decision may need, as plain read-only data: GKE ComputeClasses
-(the TPU shapes a class provisions), and which of those sources were read at all.
+(the TPU shapes a class provisions), the TPU requests of DRA claims and claim templates, and
+which of those sources were read at all.
 
 Built from the objects themselves, as the API server stores them: in the server by the cluster
 watcher (webhook/cluster/), offline from the manifests and `--cluster-objects` files. A decision
@@ -13,6 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.policy.bounds import MAX_LABEL_VALUE, MAX_POD_TEMPLATES
+from webhook.policy.claims import (
+    CLAIM_KIND,
+    CLAIM_TEMPLATE_KIND,
+    DEVICE_CLASS_KIND,
+    Claim,
+    claim_of,
+)
 
 COMPUTE_CLASS_GROUP = "cloud.google.com"
 COMPUTE_CLASS_KIND = "ComputeClass"
@@ -45,6 +53,10 @@ class ComputeClass:
 @dataclass(frozen=True, slots=True)
 class ClusterView:
     compute_classes: Mapping[str, ComputeClass] = field(default_factory=dict)
+    # (kind, namespace, name) -> the TPU requests of a ResourceClaimTemplate or ResourceClaim
+    claims: Mapping[tuple[str, str, str], Claim] = field(default_factory=dict)
+    # the DeviceClasses that select GKE's TPU DRA driver (the catalog's, and the cluster's own)
+    tpu_device_classes: frozenset[str] = frozenset()
     # the kinds that were read ("ComputeClass"): a name absent from a kind read is not there;
     # from a kind not read, it is not known
     read: frozenset[str] = frozenset()
@@ -52,21 +64,58 @@ class ClusterView:
     def compute_class(self, name: str) -> ComputeClass | None:
         return self.compute_classes.get(name)
 
+    def claim(self, kind: str, namespace: str, name: str) -> Claim | None:
+        return self.claims.get((kind, namespace, name))
+
 
 EMPTY = ClusterView()
+# The kinds a view is built from (what `--cluster-objects` and the cluster watcher read).
+CLUSTER_KINDS = (COMPUTE_CLASS_KIND, CLAIM_TEMPLATE_KIND, CLAIM_KIND, DEVICE_CLASS_KIND)
 
 
-def view_of(objects: Iterable[Mapping[str, Any]], read: Iterable[str] = ()) -> ClusterView:
+def view_of(
+    objects: Iterable[Mapping[str, Any]],
+    read: Iterable[str] = (),
+    dra_classes: Iterable[str] = (),
+    dra_driver: str = "",
+    namespace: str = "default",
+) -> ClusterView:
     """The view of the cluster objects given (any kinds: those it does not use are skipped);
-    `read` names kinds read in full even when none of their objects is given."""
+    `read` names kinds read in full even when none of their objects is given; `dra_classes`
+    and `dra_driver` are the catalog's TPU DeviceClasses and driver; `namespace` is where a
+    claim without one is."""
+    given = list(objects)
     classes: dict[str, ComputeClass] = {}
-    kinds = set(read)
-    for obj in objects:
+    tpu_classes = set(dra_classes)
+    for obj in given:
         if is_compute_class(obj):
             parsed = compute_class_of(obj)
             if parsed is not None:
                 classes[parsed.name] = parsed
-    return ClusterView(classes, frozenset(kinds))
+        elif obj.get("kind") == DEVICE_CLASS_KIND and dra_driver and _selects(obj, dra_driver):
+            metadata = obj.get("metadata")
+            name = metadata.get("name") if isinstance(metadata, dict) else None
+            if isinstance(name, str) and name:
+                tpu_classes.add(name)
+    claims: dict[tuple[str, str, str], Claim] = {}
+    frozen = frozenset(tpu_classes)
+    for obj in given:
+        claim = claim_of(obj, frozen)
+        if claim is not None and claim.requests:
+            claims[(claim.kind, claim.namespace or namespace, claim.name)] = claim
+    return ClusterView(classes, claims, frozen, frozenset(read))
+
+
+def _selects(device_class: Mapping[str, Any], driver: str) -> bool:
+    """Whether a DeviceClass's selectors name the driver (`device.driver == "tpu.google.com"`)."""
+    spec = device_class.get("spec")
+    selectors = spec.get("selectors") if isinstance(spec, dict) else None
+    for selector in selectors[:MAX_POD_TEMPLATES] if isinstance(selectors, list) else ():
+        cel = selector.get("cel") if isinstance(selector, dict) else None
+        expression = cel.get("expression") if isinstance(cel, dict) else None
+        if isinstance(expression, str) and f'"{driver}"' in expression[:4096]:
+            return True
+    return False
 
 
 def is_compute_class(obj: Mapping[str, Any]) -> bool:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from webhook.catalog.tpu import TPU_RESOURCE, Catalog, SliceShape
-from webhook.policy import compute_classes, partial, slice_rules, spec_rules
+from webhook.policy import claims, compute_classes, partial, slice_rules, spec_rules
 from webhook.policy.cluster import EMPTY, ClusterView
 from webhook.policy.context import Context, opted_out, read_context, skips_checks
 from webhook.policy.exemptions import EXEMPTIONS, Exemptions
@@ -85,6 +85,40 @@ def tpu_sites(obj: Mapping[str, Any], workload: Workload) -> list[tuple[Site, Tp
     return found
 
 
+def claims_maybe(sites: list[tuple[Site, TpuSpec]]) -> bool:
+    """Whether a site may use a TPU claim: it asks no chips and names resource claims."""
+    for _, tpu in sites:  # noqa: SIM110 - any() over a generator builds a frame
+        if not tpu.chips and tpu.spec.get("resourceClaims"):
+            return True
+    return False
+
+
+def with_claims(
+    obj: Mapping[str, Any],
+    sites: list[tuple[Site, TpuSpec]],
+    catalog: Catalog,
+    cluster: ClusterView,
+) -> list[tuple[Site, TpuSpec]]:
+    """The sites, those that use a TPU claim (DRA) read as TPU specs of its shape; sites that
+    neither ask chips nor select TPU nodes nor use one are dropped."""
+    driver = catalog.dra.driver if catalog.dra else ""
+    metadata = obj.get("metadata")
+    namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
+    namespace = namespace if isinstance(namespace, str) and namespace else "default"
+    kept = []
+    for site, tpu in sites:
+        if not tpu.chips and tpu.spec.get("resourceClaims"):
+            for used, kind, name in claims.pod_claims(tpu.spec):
+                claim = cluster.claim(kind, namespace, name)
+                shape = claims.shape_of(claim, driver, catalog) if claim else None
+                if shape is not None:
+                    tpu = claims.with_claim(tpu, used, shape, catalog)
+                    break
+        if tpu.chips or tpu.accelerator_value is not None or tpu.topology_value is not None:
+            kept.append((site, tpu))  # TPU by its selectors, chips, or a TPU claim
+    return kept
+
+
 def mutate(
     obj: Mapping[str, Any],
     workload: Workload,
@@ -93,6 +127,8 @@ def mutate(
     cluster: ClusterView = EMPTY,
 ) -> Verdict:
     sites = tpu_sites(obj, workload)
+    if sites and claims_maybe(sites):
+        sites = with_claims(obj, sites, catalog, cluster)
     if not sites:
         return ALLOW
     if opted_out(obj, options.exemptions):
@@ -144,6 +180,8 @@ def validate(
     its opt-outs): an UPDATE that only changes who owns an object is no new violation."""
     if old is not None and obj.get("spec") == old.get("spec"):
         return ALLOW
+    if workload.claim:
+        return check_claim(obj, catalog, cluster, options.exemptions)
     context = read_context(obj, owner_role, options.exemptions)
     found = violations(obj, workload, catalog, context, options.exemptions, cluster)
     if not found:
@@ -162,6 +200,23 @@ def validate(
     return Verdict(denials=tuple(denials), warnings=tuple(warnings))
 
 
+def check_claim(
+    obj: Mapping[str, Any], catalog: Catalog, cluster: ClusterView, exemptions: Exemptions
+) -> Verdict:
+    """A DRA claim or claim template for TPUs: what GKE's TPU driver could never allocate."""
+    dra = catalog.dra
+    if dra is None or opted_out(obj, exemptions):
+        return ALLOW
+    claim = claims.claim_of(obj, dra.device_classes | cluster.tpu_device_classes)
+    if claim is None or not claim.requests:
+        return ALLOW
+    found = claims.check(claim, dra.driver, dra.attributes, catalog)
+    return Verdict(
+        denials=tuple(v for v in found if not v.advisory),
+        warnings=tuple(v for v in found if v.advisory),
+    )
+
+
 def violations(
     obj: Mapping[str, Any],
     workload: Workload,
@@ -171,6 +226,8 @@ def violations(
     cluster: ClusterView = EMPTY,
 ) -> list[Violation]:
     sites = tpu_sites(obj, workload)
+    if sites and claims_maybe(sites):
+        sites = with_claims(obj, sites, catalog, cluster)
     if not sites:
         return []
     if context is None:

@@ -190,6 +190,7 @@ def read_tpu_spec(
         and TOPOLOGY_LABEL not in selector
         and not _asks_chips(spec)
         and (affinity is None or not _affinity_names_tpu(spec))
+        and not spec.get("resourceClaims")  # DRA: the claims say (policy/claims.py)
     ):
         return None  # before any container is read: most Pods of a cluster end here
     # Loops rather than comprehensions here and in the mutation: on Python 3.11 each

@@ -294,6 +294,23 @@ RULES: tuple[Rule, ...] = (
         "type, slice and google.com/tpu requests are not checked against it",
     ),
     Rule(
+        "tpu.claim-invalid",
+        Severity.DENY_OR_WARN,
+        "a DRA ResourceClaimTemplate or ResourceClaim for GKE's TPU DeviceClass "
+        "(`tpu.google.com`) that its driver cannot allocate: a CEL selector naming an "
+        "attribute the driver does not publish, a generation, accelerator or topology no TPU "
+        "node has, an `ExactCount` that is not a whole node's chips",
+        "for an accelerator the catalog does not know (a newer one): the claim's shape is not "
+        "checked",
+        "no device ever matches such a claim: the Pods that use it wait Pending forever",
+        "use the driver's attribute names and values (`tpu-webhook explain`, the catalog's "
+        "`dra` section) and `allocationMode: All`",
+        "spec.spec.devices.requests[0].exactly.selectors[0].cel.expression: Invalid value: "
+        '"device.attributes[\\"tpu.google.com\\"].tpuGenn == \\"v6e\\"": tpu.google.com '
+        'devices have no attribute "tpuGenn", so no device matches and the claim is never '
+        'allocated; did you mean "tpuGen"?',
+    ),
+    Rule(
         "tpu.checked-partly",
         Severity.WARN,
         f"an object larger than tpu-webhook reads: more than {MAX_CONTAINERS} containers in a "

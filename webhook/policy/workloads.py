@@ -57,6 +57,8 @@ class Workload:
     megascale: Callable[[Mapping[str, Any], Site], list[EnvVar]] | None = None
     # The worker variables of a Pod it owns that still lacks them: a Job's Pods.
     child_pod_env: ChildPodEnv | None = None
+    # A DRA claim (or claim template): no pod template; its TPU requests are what is checked.
+    claim: bool = False
 
     @property
     def pod_spec_paths(self) -> tuple[Path, ...]:
@@ -181,6 +183,15 @@ WORKLOADS: dict[tuple[str, str], Workload] = {
             ),
             leaderworkerset.check,
         ),
+        Workload(
+            "resource.k8s.io",
+            "v1",
+            "ResourceClaimTemplate",
+            "resourceclaimtemplates",
+            (),
+            claim=True,
+        ),
+        Workload("resource.k8s.io", "v1", "ResourceClaim", "resourceclaims", (), claim=True),
         _ray("RayCluster", "rayclusters"),
         _ray("RayJob", "rayjobs"),
         _ray("RayService", "rayservices"),
