@@ -73,7 +73,11 @@ EXPECTED_RULES = [
         "apiVersions": ["v1"],
         "resources": ["pathwaysjobs"],
     },
-    {"apiGroups": ["trainer.kubeflow.org"], "apiVersions": ["v1alpha1"], "resources": ["trainjobs"]},
+    {
+        "apiGroups": ["trainer.kubeflow.org"],
+        "apiVersions": ["v1alpha1"],
+        "resources": ["trainjobs"],
+    },
     {
         "apiGroups": ["ray.io"],
         "apiVersions": ["v1"],
