@@ -160,6 +160,18 @@ def _claim_template(expression: str) -> dict[str, Any]:
     }
 
 
+def _kueue_slices() -> dict[str, Any]:
+    """kueue#15277's Job: 5 Pods in Kueue slices of 2."""
+    obj = v4_job(parallelism=5)
+    obj["spec"]["template"]["metadata"] = {
+        "annotations": {
+            "kueue.x-k8s.io/podset-slice-required-topology": "cloud.google.com/gke-tpu-slice-2x4-id",
+            "kueue.x-k8s.io/podset-slice-size": "2",
+        }
+    }
+    return obj
+
+
 def _claim_pod() -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -221,6 +233,7 @@ INPUTS: dict[str, Any] = {
     "tpu.claim-invalid": lambda: _claim_template(
         'device.attributes["tpu.google.com"].tpuGenn == "v6e"'
     ),
+    "tpu.kueue-slices": _kueue_slices,
     "tpu.toleration-missing": lambda: (
         _claim_pod(),
         view_of(

@@ -34,6 +34,9 @@ LEGACY_JOB_NAME_LABEL = "job-name"
 POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 # Kueue: a queued workload gets its ResourceFlavor's node labels when Kueue admits it.
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+# Kueue Topology-Aware Scheduling on a pod template: each slice of this many Pods goes in one
+# domain of the slice-required topology level (kubernetes-sigs/kueue apis/.../topology_types.go).
+KUEUE_SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
 # The project's own opt-out, on an object (or its namespace): the webhook leaves it alone.
 OPT_OUT_LABEL = "tpu-webhook.io/ignore"
 HOST_NETWORK_DNS_POLICY = "ClusterFirstWithHostNet"

@@ -330,4 +330,5 @@ def check_slice(
         *slice_rules.check_hostname_length(obj, site, shape),
         *slice_rules.check_retries(obj, site, tpu, shape),
         *slice_rules.check_host_network_dns(tpu, shape),
+        *slice_rules.check_kueue_slices(obj, site, tpu, shape),
     ]

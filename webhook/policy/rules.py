@@ -339,6 +339,22 @@ RULES: tuple[Rule, ...] = (
         "neither checked nor patched",
     ),
     Rule(
+        "tpu.kueue-slices",
+        Severity.WARN,
+        "a multi-host TPU template with Kueue Topology-Aware Scheduling slices "
+        "(`kueue.x-k8s.io/podset-slice-size`) whose Pod count is not a multiple of the slice "
+        "size, or whose slice size is not the TPU slice's host count",
+        "",
+        "Kueue admits such a workload and leaves the Pods beyond the last whole slice gated "
+        "forever (kubernetes-sigs/kueue#15277); a Kueue slice that is not one TPU slice splits "
+        "hosts that must meet",
+        "set podset-slice-size to the TPU slice's host count, and the Pod count to a multiple "
+        "of it",
+        "spec.template.metadata.annotations[kueue.x-k8s.io/podset-slice-size]: Invalid value: "
+        '"2": 5 Pods (spec.parallelism) are not a multiple of 2: Kueue admits the workload and '
+        "leaves 1 Pods gated forever; make them a multiple of 2",
+    ),
+    Rule(
         "tpu.host-network-dns",
         Severity.WARN,
         "a multi-host workload with `hostNetwork: true` without `dnsPolicy: "
