@@ -120,6 +120,12 @@ def _parser(prog: str) -> argparse.ArgumentParser:
             "e.g. `kubectl get computeclasses -o yaml` saved (repeatable); the manifests' own "
             "are read too",
         )
+        command.add_argument(
+            "--profile",
+            choices=["standard", "autopilot"],
+            default="standard",
+            help="also apply what GKE Autopilot refuses (host namespaces, host ports...)",
+        )
         formats = ["text", "json", "yaml"] if name == "check" else ["yaml", "json"]
         command.add_argument("-o", "--output", choices=formats, default=formats[0])
         command.set_defaults(run=run)
@@ -175,7 +181,7 @@ def _admit_all(args: argparse.Namespace) -> list[Result]:
     held = [obj for source in args.cluster_objects for _, obj in read_objects(source, warn=_warn)]
     read = set(CLUSTER_KINDS) if args.cluster_objects else set()
     view = view_for(catalog, [*held, *(obj for _, obj in given)], read)
-    policy = Policy(catalog, Options(), cluster=Cluster(view))
+    policy = Policy(catalog, Options(profile=args.profile), cluster=Cluster(view))
     results = []
     for origin, obj in given:
         try:

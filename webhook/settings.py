@@ -76,6 +76,10 @@ class Settings(BaseSettings):
     # every cluster_sync_seconds (the chart's clusterObjects); off: only what a review carries.
     cluster_objects: bool = False
     cluster_sync_seconds: float = Field(default=30.0, gt=0)
+    # The GKE mode whose admission rules are applied too: Autopilot refuses host namespaces,
+    # host ports and some node selectors (webhook/policy/autopilot.py). "detect": Autopilot when
+    # the cluster serves its API (read with cluster_objects).
+    profile: Literal["standard", "autopilot", "detect"] = "standard"
     # The identity that calls the Kubernetes API out of a cluster; in a Pod, its ServiceAccount.
     kubeconfig: Path | None = None
 

@@ -235,6 +235,7 @@ INPUTS: dict[str, Any] = {
         'device.attributes["tpu.google.com"].tpuGenn == "v6e"'
     ),
     "tpu.kueue-slices": _kueue_slices,
+    "tpu.autopilot-refused": lambda: (_host_network(), EMPTY, "autopilot"),
     "tpu.toleration-missing": lambda: (
         _claim_pod(),
         view_of(
@@ -249,11 +250,14 @@ INPUTS: dict[str, Any] = {
 def all_messages(given: Any) -> dict[str, list[str]]:
     """Every message `kubectl create` would print for an object (or an (object, cluster view)
     pair), by code: mutate, then validate."""
-    obj, cluster = given if isinstance(given, tuple) else (given, EMPTY)
+    obj, cluster, profile = (
+        (*given, "standard")[:3] if isinstance(given, tuple) else (given, EMPTY, "standard")
+    )
     workload = workload_of(obj)
     mutated = decide.mutate(obj, workload, CATALOG, decide.Options())
     stored = apply(obj, mutated.patch)
-    verdict = decide.validate(stored, workload, CATALOG, None, decide.Options(), cluster)
+    options = decide.Options(profile=profile)
+    verdict = decide.validate(stored, workload, CATALOG, None, options, cluster)
     found: dict[str, list[str]] = {}
     for v in (*mutated.warnings, *verdict.denials, *verdict.warnings):
         found.setdefault(v.code, []).append(v.message)

@@ -16,6 +16,7 @@ from ruamel.yaml.error import YAMLError
 
 from webhook.catalog.quantity import QuantityError, parse_quantity
 from webhook.catalog.tpu import (
+    Autopilot,
     Catalog,
     DraDriver,
     MachineType,
@@ -117,6 +118,10 @@ class _Dra(_Model):
     attributes: tuple[str, ...] = Field(min_length=1)
 
 
+class _Autopilot(_Model):
+    disallowed_node_selectors: tuple[str, ...] = Field(default=(), alias="disallowedNodeSelectors")
+
+
 class _CatalogFile(_Model):
     version: int = Field(ge=1, le=1)
     # An operator's file that is the whole catalog rather than an extension of the packaged one.
@@ -127,6 +132,7 @@ class _CatalogFile(_Model):
     )
     accelerators: tuple[_Accelerator, ...] = ()
     dra: _Dra | None = None
+    autopilot: _Autopilot | None = None
 
 
 def load_catalog(extra: Path | None = None) -> Catalog:
@@ -193,6 +199,7 @@ def _merge(base: _CatalogFile, extra: _CatalogFile) -> _CatalogFile:
         ),
         accelerators=tuple(accelerators.values()),
         dra=extra.dra if extra.dra is not None else base.dra,
+        autopilot=extra.autopilot if extra.autopilot is not None else base.autopilot,
     )
 
 
@@ -232,7 +239,10 @@ def _build(data: _CatalogFile) -> Catalog:
         if data.dra is not None
         else None
     )
-    return build_catalog(accelerators, ports, data.unverified_accelerators or (), dra)
+    autopilot = Autopilot(
+        frozenset(data.autopilot.disallowed_node_selectors) if data.autopilot else frozenset()
+    )
+    return build_catalog(accelerators, ports, data.unverified_accelerators or (), dra, autopilot)
 
 
 def _product(topology: str) -> int:

@@ -175,6 +175,13 @@ class DraDriver:
 
 
 @dataclass(frozen=True, slots=True)
+class Autopilot:
+    """What GKE Autopilot (its Warden admission) certainly refuses of a Pod."""
+
+    disallowed_node_selectors: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class Catalog:
     accelerators: Mapping[str, Accelerator]
     ports: tuple[Port, ...]
@@ -182,6 +189,7 @@ class Catalog:
     _near_misses: Mapping[str, str] = field(repr=False)  # squeezed alias or machine type -> label
     _spellings: tuple[tuple[str, str], ...] = field(repr=False, default=())  # (lowercase, label)
     dra: DraDriver | None = None
+    autopilot: Autopilot = Autopilot()
 
     def accelerator(self, name: str) -> Accelerator | None:
         return self.accelerators.get(name)
@@ -288,6 +296,7 @@ def build_catalog(
     ports: Iterable[Port],
     unverified: Iterable[str] = (),
     dra: DraDriver | None = None,
+    autopilot: Autopilot | None = None,
 ) -> Catalog:
     table = {a.name: a for a in accelerators}
     near: dict[str, str] = {}
@@ -296,7 +305,15 @@ def build_catalog(
         for other in (*a.aliases, *(m.name for m in a.machine_types), a.name):
             near[_squeezed(other)] = a.name
         spellings += [(name.lower(), a.name) for name in (a.name, *a.aliases)]
-    return Catalog(table, tuple(ports), frozenset(unverified), near, tuple(spellings), dra)
+    return Catalog(
+        table,
+        tuple(ports),
+        frozenset(unverified),
+        near,
+        tuple(spellings),
+        dra,
+        autopilot or Autopilot(),
+    )
 
 
 def _chips(topology: str) -> int:

@@ -76,6 +76,8 @@ class ClusterView:
     # the kinds that were read ("ComputeClass"): a name absent from a kind read is not there;
     # from a kind not read, it is not known
     read: frozenset[str] = frozenset()
+    # the cluster is GKE Autopilot (it serves Autopilot's auto.gke.io API)
+    autopilot: bool = False
 
     def compute_class(self, name: str) -> ComputeClass | None:
         return self.compute_classes.get(name)

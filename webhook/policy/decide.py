@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from webhook.catalog.tpu import TPU_RESOURCE, Catalog, SliceShape
+from webhook.policy import autopilot as autopilot_rules
 from webhook.policy import claims, compute_classes, partial, slice_rules, spec_rules
 from webhook.policy.cluster import EMPTY, ClusterView
 from webhook.policy.context import Context, opted_out, read_context, skips_checks
@@ -38,6 +39,9 @@ class Options:
     inject_megascale: bool = False
     # The opt-outs a user may write on an object (chart `webhook.exemptions`).
     exemptions: Exemptions = EXEMPTIONS
+    # The GKE mode whose admission rules apply too: "standard", "autopilot", or "detect" (the
+    # cluster view says: it serves Autopilot's API).
+    profile: str = "standard"
 
 
 class Verdict(
@@ -183,14 +187,19 @@ def validate(
     if workload.claim:
         return check_claim(obj, catalog, cluster, options.exemptions)
     context = read_context(obj, owner_role, options.exemptions)
-    found = violations(obj, workload, catalog, context, options.exemptions, cluster)
+    autopilot = options.profile == "autopilot" or (
+        options.profile == "detect" and cluster.autopilot
+    )
+    found = violations(obj, workload, catalog, context, options.exemptions, cluster, autopilot)
     if not found:
         return ALLOW
     if old is not None:
         as_now = read_context(old, owner_role, options.exemptions).owned_as(context)
         before = {
             (v.code, str(v.field))
-            for v in violations(old, workload, catalog, as_now, options.exemptions, cluster)
+            for v in violations(
+                old, workload, catalog, as_now, options.exemptions, cluster, autopilot
+            )
         }
         found = [v for v in found if v.advisory or (v.code, str(v.field)) not in before]
     denials: list[Violation] = []
@@ -224,6 +233,7 @@ def violations(
     context: Context | None = None,
     exemptions: Exemptions = EXEMPTIONS,
     cluster: ClusterView = EMPTY,
+    autopilot: bool = False,
 ) -> list[Violation]:
     sites = tpu_sites(obj, workload)
     if sites and claims_maybe(sites):
@@ -237,7 +247,7 @@ def violations(
     found: list[Violation] = partial.check_templates_read(obj, workload)
 
     def of(shaped: list[tuple[Site, TpuSpec]]) -> list[Violation]:
-        return findings(obj, workload, shaped, catalog, context, exemptions, cluster)
+        return findings(obj, workload, shaped, catalog, context, exemptions, cluster, autopilot)
 
     if any(compute_classes.needs_class(tpu) for _, tpu in sites):
         return found + compute_classes.check(sites, cluster, catalog, of)
@@ -252,8 +262,10 @@ def findings(
     context: Context,
     exemptions: Exemptions,
     cluster: ClusterView = EMPTY,
+    autopilot: bool = False,
 ) -> list[Violation]:
-    """Every finding on the object's TPU pod templates `sites`, and on the object as a whole."""
+    """Every finding on the object's TPU pod templates `sites`, and on the object as a whole;
+    with `autopilot`, what GKE Autopilot refuses too."""
     found: list[Violation] = []
     as_written: list[Violation] = []  # what belongs to the object a user wrote
     for site, tpu in sites:
@@ -265,6 +277,8 @@ def findings(
             continue
         found += check_pod_spec(tpu, catalog, context.deferred)
         found += claims.check_toleration(tpu)
+        if autopilot:
+            found += autopilot_rules.check(tpu, catalog)
         shape = slice_shape(tpu, catalog)
         if shape is None:
             continue

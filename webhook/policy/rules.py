@@ -325,6 +325,21 @@ RULES: tuple[Rule, ...] = (
         "schedule: add {key: google.com/tpu, operator: Exists, effect: NoSchedule}",
     ),
     Rule(
+        "tpu.autopilot-refused",
+        Severity.DENY_OR_WARN,
+        "under the `autopilot` profile (GKE Autopilot, set or detected): what GKE Warden "
+        "certainly refuses of a TPU Pod: host namespaces (hostNetwork, hostPID, hostIPC), host "
+        "ports, a node selector Autopilot does not allow (the catalog's list)",
+        "for a privileged container: refused unless a WorkloadAllowlist admits the workload",
+        "Autopilot's admission refuses the Pod, or every Pod a controller makes from the "
+        "template, with its constraint's name only",
+        "drop the host settings (the slice's hosts reach each other through the Pod network) "
+        "and pick TPU nodes by the TPU selectors or a compute class",
+        "spec.template.spec.hostNetwork: Forbidden: GKE Autopilot refuses Pods in host "
+        "namespaces (autogke-disallow-hostnamespaces): remove it; the slice's hosts reach each "
+        "other through the Pod network and the headless Service",
+    ),
+    Rule(
         "tpu.checked-partly",
         Severity.WARN,
         f"an object larger than tpu-webhook reads: more than {MAX_CONTAINERS} containers in a "

@@ -106,6 +106,7 @@ def create_app(
             opt_out_label=settings.honour_opt_out_label,
             skip_annotation=settings.honour_skip_annotation,
         ),
+        profile=settings.profile,
     )
     webhook = Webhook(
         settings=settings,

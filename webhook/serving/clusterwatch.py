@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from webhook.admission.dispatch import Cluster
@@ -32,6 +32,8 @@ SOURCES: dict[str, str] = {
     "ClusterTrainingRuntime": "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes",
     "TrainingRuntime": "/apis/trainer.kubeflow.org/v1alpha1/trainingruntimes",
 }
+# Served on GKE Autopilot only (its allowlists API, 1.32.1-gke.1729000+): discovery, no RBAC.
+AUTOPILOT_GROUP = "/apis/auto.gke.io"
 
 
 @dataclass
@@ -45,6 +47,7 @@ class ClusterWatch:
     held: dict[str, list[dict[str, Any]] | None] = field(default_factory=dict)
     synced_at: float | None = None  # monotonic time of the last pass that read every kind
     errors: dict[str, str] = field(default_factory=dict)
+    autopilot: bool = False  # the cluster serves Autopilot's API (last known)
 
     async def run(self) -> None:
         """A pass every sync_seconds, the first at once; a failing pass is logged."""
@@ -69,11 +72,20 @@ class ClusterWatch:
                     if self.errors.get(kind) != str(error):
                         log.warning("cluster: listing %s failed: %s", kind, error)
                     self.errors[kind] = str(error)
+        self.autopilot = self._serves(AUTOPILOT_GROUP, self.autopilot)
         if not self.errors:
             self.synced_at = time.monotonic()
         read = [kind for kind, objects in self.held.items() if objects is not None]
         objects = [obj for found in self.held.values() for obj in found or ()]
-        return view_for(self.catalog, objects, read)
+        return replace(view_for(self.catalog, objects, read), autopilot=self.autopilot)
+
+    def _serves(self, path: str, known: bool) -> bool:
+        """Whether the API server serves an API group (discovery); `known` on an error."""
+        try:
+            self.api.get(path)
+        except ApiError as error:
+            return False if error.status == 404 else known
+        return True
 
     def counts(self) -> dict[str, int]:
         """Objects held per kind (for /metrics)."""

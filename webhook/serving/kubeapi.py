@@ -78,6 +78,10 @@ class KubeApi:
         strategic = "application/strategic-merge-patch+json"  # webhooks merge by name
         self._call("PATCH", CONFIGURATIONS[kind], patch, strategic, name=name)
 
+    def get(self, path: str) -> dict[str, Any]:
+        """GET a path (discovery: `/apis/auto.gke.io`)."""
+        return self._call("GET", path)
+
     def list_all(self, path: str, page: int = 500) -> list[dict[str, Any]]:
         """Every object of a list path (`/apis/cloud.google.com/v1/computeclasses`), page by
         page, each with its apiVersion and kind (a list's items carry neither)."""
