@@ -32,6 +32,7 @@ from webhook.admission.review import GroupVersionKind, Request
 from webhook.catalog import load_catalog
 from webhook.offline import read_objects
 from webhook.policy.cluster import view_for
+from webhook.policy.decide import Options
 from webhook.registration import registered_kinds
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
@@ -568,9 +569,12 @@ def shown(container: Mapping[str, Any], name: str) -> str | None:
 @functools.cache
 def run_manifest(path: Path) -> Run:
     """The cluster holds the manifest's ComputeClasses (as `tpu-webhook check` reads a file: the
-    classes it holds are known, any other is unknown)."""
+    classes it holds are known, any other is unknown); on an Autopilot cluster, the autopilot
+    profile applies."""
     m = manifest(path)
-    run = Run(policy=Policy(CATALOG, cluster=Cluster(view_for(CATALOG, m.objects))))
+    options = Options(profile="autopilot" if m.autopilot else "standard")
+    cluster = Cluster(view_for(CATALOG, m.objects))
+    run = Run(policy=Policy(CATALOG, options, cluster=cluster))
     for obj in m.objects:
         create(run, m, obj, obj)
     return run
