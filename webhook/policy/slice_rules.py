@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from webhook.catalog.owners import PATHWAYS_RESOURCE_MANAGER_FLAG
 from webhook.catalog.tpu import (
     HOST_NETWORK_DNS_POLICY,
     MAX_HOSTNAME_LENGTH,
@@ -19,11 +20,11 @@ from webhook.catalog.tpu import (
     TPU_WORKER_ID,
     SliceShape,
 )
-from webhook.policy.bounds import MAX_ENV
+from webhook.policy.bounds import MAX_ARGS, MAX_ENV
 from webhook.policy.paths import FieldPath
 from webhook.policy.podspec import Container, TpuSpec
+from webhook.policy.templates import Site, dig
 from webhook.policy.violations import ErrorType, Violation, shown
-from webhook.policy.workloads import Site, dig
 
 
 def check_workload_can_form_slice(
@@ -174,9 +175,11 @@ def hostname_too_long(name: str, last: str, what: str = "host") -> list[Violatio
     ]
 
 
-def check_retries(obj: Mapping[str, Any], site: Site, shape: SliceShape) -> list[Violation]:
+def check_retries(
+    obj: Mapping[str, Any], site: Site, tpu: TpuSpec, shape: SliceShape
+) -> list[Violation]:
     hosts = site.template.hosts
-    if hosts is None or hosts.retries is None:
+    if hosts is None or hosts.retries is None or pathways_worker(tpu):
         return []
     path = site.resolve(hosts.paths[hosts.retries])
     value = dig(obj, path)
@@ -201,6 +204,18 @@ def check_retries(obj: Mapping[str, Any], site: Site, shape: SliceShape) -> list
     return [
         Violation("tpu.multihost-retries", field, ErrorType.INVALID, detail, value, advisory=True)
     ]
+
+
+def pathways_worker(tpu: TpuSpec) -> bool:
+    """A Pathways worker: a TPU container started with its resource manager's address (a
+    restarted worker rejoins through it, so retries are on purpose: 4 x hosts in pathways-job)."""
+    for container in tpu.tpu_containers:
+        for name in ("args", "command"):
+            words = container.body.get(name)
+            for word in words[:MAX_ARGS] if isinstance(words, list) else ():
+                if isinstance(word, str) and word.startswith(PATHWAYS_RESOURCE_MANAGER_FLAG):
+                    return True
+    return False
 
 
 def check_host_network_dns(tpu: TpuSpec, shape: SliceShape) -> list[Violation]:

@@ -38,8 +38,8 @@ def check_accelerator(
         return []  # the common case, before any field path or message is built
     field = tpu.label_field(ACCELERATOR_LABEL)
     if value is None:
-        if not tpu.chips:
-            return []
+        if not tpu.chips or tpu.compute_class is not None:
+            return []  # no slice of its own, or the ComputeClass's (policy/compute_classes.py)
         first = tpu.chips[0]
         asks = f"{first.container.path} requests {shown(first.value)} {TPU_RESOURCE} chips"
         if deferred is not None:
@@ -130,6 +130,8 @@ def _check_pool_topology(
     value = tpu.topology_value
     field = tpu.label_field(TOPOLOGY_LABEL)
     if value is None:
+        if not tpu.chips or tpu.compute_class is not None:
+            return []  # an agent on every node of a TPU type, or the ComputeClass's slice
         if tpu.slice_value is not None:
             if accelerator is None or accelerator.dynamic_slicing:
                 return []  # dynamic slicing: the annotation is the slice

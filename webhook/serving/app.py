@@ -25,8 +25,8 @@ from starlette.types import Receive, Scope, Send
 from webhook.admission.dispatch import Policy
 from webhook.catalog import load_catalog
 from webhook.catalog.tpu import TPU_RESOURCE
-from webhook.policy.context import Exemptions
 from webhook.policy.decide import Options
+from webhook.policy.exemptions import Exemptions
 from webhook.serving.endpoint import AdmissionEndpoint
 from webhook.serving.metrics import Metrics
 from webhook.serving.offload import Offload

@@ -34,6 +34,7 @@ from tests.corpus.controllers.common import (
     group_kind,
     labels_of,
     meta,
+    name_of,
     tpu_chips,
     uid_of,
 )
@@ -49,6 +50,7 @@ from tests.corpus.controllers.kuberay import (
 )
 from tests.corpus.controllers.kubernetes import (
     COMPLETION_INDEX,
+    daemonset_pods,
     default_job,
     deployment_replicaset,
     job_pods,
@@ -75,12 +77,14 @@ __all__ = [
     "cluster_spec_of",
     "containers",
     "env_value",
+    "group_kind",
     "kuberay_tpu_webhook",
     "kueue_admit",
     "kueue_queued",
     "kueue_suspend",
     "labels_of",
     "lws_pod_webhook",
+    "name_of",
     "stored",
     "tpu_chips",
 ]
@@ -116,6 +120,8 @@ def children(owner: Mapping[str, Any], ancestors: Sequence[Mapping[str, Any]] = 
         return [deployment_replicaset(owner)]
     if kind == ("apps", "ReplicaSet"):
         return replicaset_pods(owner)
+    if kind == ("apps", "DaemonSet"):
+        return daemonset_pods(owner)
     if kind == ("jobset.x-k8s.io", "JobSet"):
         return jobset_jobs(owner)
     if kind == ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"):
