@@ -23,7 +23,7 @@ from webhook.examples import KINDS, example_manifests
 from webhook.manifests import ManifestError, read_objects
 from webhook.offline import Result, admit
 from webhook.output import OutputError, accelerator_data, dump, kubectl_list, verdicts_text
-from webhook.policy.cluster import CLUSTER_KINDS, view_of
+from webhook.policy.cluster import CLUSTER_KINDS, view_for
 from webhook.policy.decide import Options
 from webhook.policy.rules import BY_CODE, RULES
 
@@ -174,13 +174,7 @@ def _admit_all(args: argparse.Namespace) -> list[Result]:
     given = [found for source in args.filename for found in read_objects(source, warn=_warn)]
     held = [obj for source in args.cluster_objects for _, obj in read_objects(source, warn=_warn)]
     read = set(CLUSTER_KINDS) if args.cluster_objects else set()
-    dra = catalog.dra
-    view = view_of(
-        [*held, *(obj for _, obj in given)],
-        read,
-        dra.device_classes if dra else (),
-        dra.driver if dra else "",
-    )
+    view = view_for(catalog, [*held, *(obj for _, obj in given)], read)
     policy = Policy(catalog, Options(), cluster=Cluster(view))
     results = []
     for origin, obj in given:

@@ -31,7 +31,7 @@ from webhook.admission.dispatch import Cluster, Policy, review_request
 from webhook.admission.review import GroupVersionKind, Request
 from webhook.catalog import load_catalog
 from webhook.offline import read_objects
-from webhook.policy.cluster import view_of
+from webhook.policy.cluster import view_for
 from webhook.registration import registered_kinds
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
@@ -570,7 +570,7 @@ def run_manifest(path: Path) -> Run:
     """The cluster holds the manifest's ComputeClasses (as `tpu-webhook check` reads a file: the
     classes it holds are known, any other is unknown)."""
     m = manifest(path)
-    run = Run(policy=Policy(CATALOG, cluster=Cluster(view_of(m.objects))))
+    run = Run(policy=Policy(CATALOG, cluster=Cluster(view_for(CATALOG, m.objects))))
     for obj in m.objects:
         create(run, m, obj, obj)
     return run

@@ -160,6 +160,20 @@ def _claim_template(expression: str) -> dict[str, Any]:
     }
 
 
+def _claim_pod() -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "tpu-test", "namespace": "default"},
+        "spec": {
+            "resourceClaims": [{"name": "tpus", "resourceClaimTemplateName": "tpus"}],
+            "containers": [
+                {"name": "main", "image": "jax", "resources": {"claims": [{"name": "tpus"}]}}
+            ],
+        },
+    }
+
+
 def _many_containers() -> dict[str, Any]:
     obj = pod("tpu-v5-lite-podslice", "2x4", **chips(8))
     sidecar = {"name": "sidecar", "image": "busybox"}
@@ -206,6 +220,14 @@ INPUTS: dict[str, Any] = {
     "tpu.compute-class-unknown": lambda: _class_pod("tpu-v5e-2x4", 8),
     "tpu.claim-invalid": lambda: _claim_template(
         'device.attributes["tpu.google.com"].tpuGenn == "v6e"'
+    ),
+    "tpu.toleration-missing": lambda: (
+        _claim_pod(),
+        view_of(
+            [_claim_template('device.attributes["tpu.google.com"].accelerator == "tpu-v6e-slice"')],
+            dra_classes=["tpu.google.com"],
+            dra_driver="tpu.google.com",
+        ),
     ),
 }
 

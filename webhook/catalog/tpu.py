@@ -21,6 +21,11 @@ COMPUTE_CLASS_LABEL = "cloud.google.com/compute-class"
 # GKE's escape hatch from its own TPU admission check, honoured for ours too.
 SKIP_CHECK_ANNOTATION = "cloud.google.com/skip-tpu-webhook-check"
 TPU_RESOURCE = "google.com/tpu"
+# GKE taints TPU nodes google.com/tpu=present:NoSchedule; a Pod that requests google.com/tpu gets
+# the toleration from the API server (ExtendedResourceToleration), one that claims TPUs through
+# DRA must carry it itself.
+TPU_TAINT_KEY = "google.com/tpu"
+TPU_TAINT_VALUE = "present"
 TPU_WORKER_ID = "TPU_WORKER_ID"
 TPU_WORKER_HOSTNAMES = "TPU_WORKER_HOSTNAMES"
 JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from webhook.catalog.tpu import Catalog, edit_distance
+from webhook.catalog.tpu import TPU_TAINT_KEY, TPU_TAINT_VALUE, Catalog, edit_distance
 from webhook.policy.bounds import MAX_CONTAINERS, MAX_LABEL_VALUE, MAX_POD_TEMPLATES
 from webhook.policy.paths import FieldPath
 from webhook.policy.podspec import ChipRequest, TpuSpec
@@ -257,6 +257,35 @@ def _claims_used(container: Mapping[str, Any]) -> set[str]:
         for c in (claims if isinstance(claims, list) else ())[:MAX_POD_TEMPLATES]
         if isinstance(c, dict) and isinstance(c.get("name"), str)
     }
+
+
+def check_toleration(tpu: TpuSpec) -> list[Violation]:
+    """A Pod that gets TPUs from a claim tolerates the TPU nodes' taint: nothing else adds the
+    toleration (no google.com/tpu request for ExtendedResourceToleration to see)."""
+    if not any(r.which == "claims" for r in tpu.chips) or _tolerates(tpu.spec.get("tolerations")):
+        return []
+    return [
+        Violation(
+            "tpu.toleration-missing",
+            tpu.at.child("tolerations"),
+            ErrorType.REQUIRED,
+            f"the Pods get TPUs from a resource claim, and GKE taints TPU nodes "
+            f"{TPU_TAINT_KEY}={TPU_TAINT_VALUE}:NoSchedule; without a toleration they never "
+            f"schedule: add {{key: {TPU_TAINT_KEY}, operator: Exists, effect: NoSchedule}}",
+        )
+    ]
+
+
+def _tolerates(tolerations: object) -> bool:
+    for t in tolerations[:MAX_POD_TEMPLATES] if isinstance(tolerations, list) else ():
+        if not isinstance(t, dict) or t.get("effect") not in (None, "", "NoSchedule"):
+            continue
+        key, operator = t.get("key"), t.get("operator") or "Equal"
+        if operator == "Exists" and key in (None, "", TPU_TAINT_KEY):
+            return True
+        if operator == "Equal" and key == TPU_TAINT_KEY and t.get("value") == TPU_TAINT_VALUE:
+            return True
+    return False
 
 
 # ---- claims checked where they are written --------------------------------------------------

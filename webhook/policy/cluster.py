@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.catalog.tpu import Catalog
 from webhook.policy.bounds import MAX_LABEL_VALUE, MAX_POD_TEMPLATES
 from webhook.policy.claims import (
     CLAIM_KIND,
@@ -161,6 +162,14 @@ def runtime_of(
         scope = namespace
     num_nodes = policy.get("numNodes") if isinstance(policy, dict) else None
     return (str(kind), scope, name), Runtime(jobset, num_nodes)
+
+
+def view_for(
+    catalog: Catalog, objects: Iterable[Mapping[str, Any]], read: Iterable[str] = ()
+) -> ClusterView:
+    """view_of, with the catalog's TPU DRA driver and DeviceClasses."""
+    dra = catalog.dra
+    return view_of(objects, read, dra.device_classes if dra else (), dra.driver if dra else "")
 
 
 def _selects(device_class: Mapping[str, Any], driver: str) -> bool:

@@ -264,6 +264,7 @@ def findings(
             found += [chipless(v) for v in check_pod_spec(tpu, catalog, context.deferred)]
             continue
         found += check_pod_spec(tpu, catalog, context.deferred)
+        found += claims.check_toleration(tpu)
         shape = slice_shape(tpu, catalog)
         if shape is None:
             continue

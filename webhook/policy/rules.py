@@ -311,6 +311,20 @@ RULES: tuple[Rule, ...] = (
         'allocated; did you mean "tpuGen"?',
     ),
     Rule(
+        "tpu.toleration-missing",
+        Severity.DENY,
+        "a Pod (template) that gets TPUs from a DRA claim without a toleration for GKE's TPU "
+        "node taint `google.com/tpu=present:NoSchedule`",
+        "",
+        "a Pod that requests `google.com/tpu` gets the toleration from the API server "
+        "(ExtendedResourceToleration); one that claims TPUs through DRA requests none, so it "
+        "never schedules on the tainted TPU nodes and waits Pending forever",
+        "add `{key: google.com/tpu, operator: Exists, effect: NoSchedule}` to its tolerations",
+        "spec.tolerations: Required value: the Pods get TPUs from a resource claim, and GKE "
+        "taints TPU nodes google.com/tpu=present:NoSchedule; without a toleration they never "
+        "schedule: add {key: google.com/tpu, operator: Exists, effect: NoSchedule}",
+    ),
+    Rule(
         "tpu.checked-partly",
         Severity.WARN,
         f"an object larger than tpu-webhook reads: more than {MAX_CONTAINERS} containers in a "
