@@ -20,7 +20,15 @@ cgroup v1, root, no CAP_SYS_RESOURCE in the bounding set):
   images import`` like any archive given (the webhook image); Pods use imagePullPolicy Never.
 - The node is a TPU node: labelled ``tpu-v4-podslice`` / ``2x2x4`` and advertising
   ``google.com/tpu`` in status.capacity and status.allocatable (capacity alone fails the first
-  scheduling attempt).
+  scheduling attempt). ``labels`` and ``tpu_chips`` make it another one, e.g. a node of a pool
+  GKE gives to the TPU DRA driver (``DRA_NODE_LABELS``, no ``google.com/tpu``).
+- Dynamic Resource Allocation: ``resource.k8s.io/v1`` is served and the scheduler's
+  DynamicResources plugin is on by default in 1.35; the controller manager runs the
+  resourceclaim controller (a Pod's ResourceClaims from its claim templates). The kubelet
+  deletes every ResourceSlice of its node once at start-up (no driver has registered yet), in
+  the background: the start waits until a canary slice written before it is gone, so the
+  slices a test publishes afterwards stay. ``start_dra_plugin`` runs a stand-in for a DRA
+  driver's kubelet plugin (tests/support/draplugin) that prepares claims with no device.
 
 The configuration files are in tests/support/node_config.py, the tiny images in
 node_images.py, the cleanup in node_cleanup.py.
@@ -43,7 +51,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -64,6 +72,7 @@ from tests.support.node_cleanup import clean_up, machine_state
 from tests.support.node_config import (
     ADMISSION_CONFIG,
     CTR_NAMESPACE,
+    DRA_NODE_LABELS,
     NODE_NAME,
     PAUSE_IMAGE,
     PRINTENV_IMAGE,
@@ -79,13 +88,34 @@ from tests.support.node_config import (
 )
 from tests.support.node_images import build_node_programs, write_image_archive
 
-__all__ = ["NODE_NAME", "PRINTENV_IMAGE", "TPU_LABELS", "ClusterNode", "NodeError"]
+__all__ = [
+    "DRA_NODE_LABELS",
+    "NODE_NAME",
+    "PRINTENV_IMAGE",
+    "TPU_LABELS",
+    "ClusterNode",
+    "NodeError",
+]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOCK_FILE = Path(tempfile.gettempdir()) / "tpu-webhook-e2e-node.lock"
 STATE_FILE = Path(tempfile.gettempdir()) / "tpu-webhook-e2e-node.json"
 LOCK_TIMEOUT_S = 30 * 60
 WORKDIR_PREFIX = "tpu-webhook-node-"
+DRA_PLUGIN_SRC = Path(__file__).resolve().parent / "draplugin"
+#: Written before the kubelet starts; gone once the kubelet's start-up wipe of the node's
+#: ResourceSlices has run (kubelet pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go).
+WIPE_CANARY = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceSlice",
+    "metadata": {"name": f"{NODE_NAME}-wipe-canary"},
+    "spec": {
+        "driver": "wipe-canary.tpu-webhook.io",
+        "nodeName": NODE_NAME,
+        "pool": {"name": NODE_NAME, "generation": 1, "resourceSliceCount": 1},
+        "devices": [],
+    },
+}
 
 NODE_CONTROLLERS: tuple[str, ...] = (
     *DEFAULT_CONTROLLERS,
@@ -95,6 +125,7 @@ NODE_CONTROLLERS: tuple[str, ...] = (
     "resourcequota-controller",
     "pod-garbage-collector-controller",
     "node-lifecycle-controller",  # lifts the not-ready taint the kubelet registers with
+    "resourceclaim-controller",  # DRA: a Pod's ResourceClaims from its templates, deleted after
 )
 
 
@@ -106,7 +137,8 @@ class ClusterNode(Started):
     """A control plane plus one kubelet node that runs Pods; see the module docstring.
 
     ``images`` are image archives (docker-archive or OCI) imported into containerd before the
-    kubelet starts. Use it as a context manager; ``stop()`` is safe to call more than once.
+    kubelet starts; ``labels`` are the node's, and ``tpu_chips`` the ``google.com/tpu`` it
+    advertises (0: none). Use it as a context manager; ``stop()`` is safe to call more than once.
     """
 
     def __init__(
@@ -114,11 +146,15 @@ class ClusterNode(Started):
         bin_dir: Path,
         images: Sequence[Path] = (),
         *,
+        labels: Mapping[str, str] = TPU_LABELS,
+        tpu_chips: int = TPU_CHIPS,
         start_timeout: float = 180.0,
         lock_timeout: float = LOCK_TIMEOUT_S,
     ) -> None:
         self.bin_dir = bin_dir
         self.images = tuple(images)
+        self.labels = dict(labels)
+        self.tpu_chips = tpu_chips
         self.start_timeout = start_timeout
         self.lock_timeout = lock_timeout
         self.control_plane: ControlPlane | None = None
@@ -206,7 +242,7 @@ class ClusterNode(Started):
             if self.control_plane is not None and self.control_plane.running:
                 with contextlib.suppress(Exception):
                     self.delete_all_pods()
-            for name in ("kube-scheduler", "kubelet"):
+            for name in ("kube-scheduler", "kubelet", "dra-plugin"):
                 self._stop(name)
             if self._workdir is not None and self.containerd_socket.exists():
                 with contextlib.suppress(Exception):
@@ -248,6 +284,42 @@ class ClusterNode(Started):
             "delete", "pods", "--all", "--all-namespaces", f"--timeout={int(timeout)}s",
             timeout=timeout + 10,
         )  # fmt: skip
+
+    def start_dra_plugin(self, driver: str, timeout: float = 300) -> Path:
+        """Run the stand-in kubelet plugin for `driver` until the node stops; return its log.
+
+        Built with the local Go toolchain (tests/support/draplugin; its first build fetches and
+        compiles the client libraries, later ones take seconds). Returns once the kubelet has
+        registered it.
+        """
+        binary = self.workdir / "bin" / "draplugin"
+        env = dict(os.environ, CGO_ENABLED="0", GOTOOLCHAIN="local", GOFLAGS="-mod=readonly")
+        build = subprocess.run(
+            ["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(binary), "."],
+            cwd=DRA_PLUGIN_SRC, env=env, capture_output=True, text=True, timeout=timeout,
+            check=False,
+        )  # fmt: skip
+        if build.returncode != 0:
+            raise NodeError(f"go build {DRA_PLUGIN_SRC}: {build.stderr}")
+        root = self.workdir / "kubelet"
+        self._spawn(
+            "dra-plugin",
+            [
+                str(binary),
+                f"--kubeconfig={self.workdir / 'kubelet.kubeconfig'}",
+                f"--node-name={NODE_NAME}",
+                f"--driver={driver}",
+                f"--registrar-dir={root / 'plugins_registry'}",
+                f"--plugin-dir={root / 'plugins' / driver}",
+            ],
+        )
+        log = self.log_dir / "dra-plugin.log"
+        self.wait_for(
+            f"the kubelet to register the {driver} plugin",
+            lambda: "\nregistered\n" in log.read_text(errors="replace"),
+            timeout=60,
+        )
+        return log
 
     def wait_for(self, what: str, probe: Callable[[], Any], timeout: float = 60) -> Any:
         expected = (subprocess.SubprocessError, ValueError, KeyError)
@@ -339,7 +411,8 @@ class ClusterNode(Started):
         self._timed("control plane", self._start_control_plane)
         self._timed("containerd + image import", lambda: self._start_containerd(deadline))
         self._timed("kubelet -> node Ready", lambda: self._start_kubelet(deadline))
-        self._advertise_tpus()
+        if self.tpu_chips:
+            self._advertise_tpus()
         self._spawn(
             "kube-scheduler",
             [
@@ -419,7 +492,9 @@ class ClusterNode(Started):
         (wd / "kubelet.kubeconfig").write_text(json.dumps(config))
         settings = kubelet_config(wd, self.node_ip, self.containerd_socket)
         (wd / "kubelet.json").write_text(json.dumps(settings))
-        labels = ",".join(f"{k}={v}" for k, v in TPU_LABELS.items())
+        canary = json.dumps(WIPE_CANARY)
+        self.kubectl("create", "-f", "-", input=canary, check=True)
+        labels = ",".join(f"{k}={v}" for k, v in self.labels.items())
         self._spawn(
             "kubelet",
             [
@@ -434,6 +509,11 @@ class ClusterNode(Started):
             ],
         )
         self.wait_for("node Ready", self._node_ready, timeout=max(5.0, deadline - time.monotonic()))
+        self.wait_for(
+            "the kubelet's start-up wipe of the node's ResourceSlices",
+            lambda: "NotFound" in self.kubectl("get", "-f", "-", input=canary).stderr,
+            timeout=max(5.0, deadline - time.monotonic()),
+        )
 
     def _node_ready(self) -> bool:
         node = self.get_json("node", NODE_NAME)
@@ -443,8 +523,8 @@ class ClusterNode(Started):
     def _advertise_tpus(self) -> None:
         key = TPU_RESOURCE.replace("/", "~1")
         patch = [
-            {"op": "add", "path": f"/status/capacity/{key}", "value": str(TPU_CHIPS)},
-            {"op": "add", "path": f"/status/allocatable/{key}", "value": str(TPU_CHIPS)},
+            {"op": "add", "path": f"/status/capacity/{key}", "value": str(self.tpu_chips)},
+            {"op": "add", "path": f"/status/allocatable/{key}", "value": str(self.tpu_chips)},
         ]
         self.kubectl(
             "patch", "node", NODE_NAME, "--subresource=status", "--type=json",
@@ -454,8 +534,8 @@ class ClusterNode(Started):
         def advertised() -> bool:
             status = self.get_json("node", NODE_NAME)["status"]
             return bool(
-                status["capacity"].get(TPU_RESOURCE) == str(TPU_CHIPS)
-                and status["allocatable"].get(TPU_RESOURCE) == str(TPU_CHIPS)
+                status["capacity"].get(TPU_RESOURCE) == str(self.tpu_chips)
+                and status["allocatable"].get(TPU_RESOURCE) == str(self.tpu_chips)
             )
 
         self.wait_for("google.com/tpu on the node", advertised, timeout=30)

@@ -24,6 +24,17 @@ TPU_LABELS = {
 }
 TPU_RESOURCE = "google.com/tpu"
 TPU_CHIPS = 16  # four v4 hosts' worth: the seed Job's 4 Pods x 4 chips all fit this one node
+#: A node of a pool GKE gives to the TPU DRA driver: one ct6e-standard-4t host (4 chips) of a
+#: v6e 4x4 slice. GKE's TPU labels, the chip count the driver reads from
+#: `cloud.google.com/gke-accelerator-count`, and the label that turns GKE's TPU device plugin
+#: off (so no google.com/tpu is advertised): kubernetes-sigs/dra-driver-google-tpu
+#: cmd/tpu-dra-kubeletplugin/util.go and demo/clusters/gke/create-tpu-cluster-for-dra.sh.
+DRA_NODE_LABELS = {
+    "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+    "cloud.google.com/gke-tpu-topology": "4x4",
+    "cloud.google.com/gke-accelerator-count": "4",
+    "cloud.google.com/gke-tpu-dra-driver": "true",
+}
 PAUSE_IMAGE = "localhost/tpu-webhook-e2e/pause:1"
 PRINTENV_IMAGE = "localhost/tpu-webhook-e2e/printenv:1"
 POD_SUBNET = "10.244.0.0/24"  # inside this machine only: a bridge and netns made by this node

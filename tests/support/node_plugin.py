@@ -1,4 +1,5 @@
-"""Pytest plugin: the built image (``built_image``) and the one-node cluster (``cluster_node``).
+"""Pytest plugin: the built image (``built_image``) and the one-node cluster (``cluster_node``;
+``dra_cluster_node``: the same as a node of a TPU DRA node pool, without the image).
 
 Loaded from ``tests/conftest.py``. Like the control plane's tools, the image is built (or found
 in its cache) during collection, and only when a collected test uses one of these fixtures, so a
@@ -18,7 +19,7 @@ import pytest
 from dev.controlplane import REPO_ROOT, tools_dir
 from tests.support.image import BuiltImage
 from tests.support.image import built_image as build_image
-from tests.support.node import ClusterNode
+from tests.support.node import DRA_NODE_LABELS, ClusterNode
 
 IMAGE_FIXTURES = {"built_image", "cluster_node"}
 
@@ -84,12 +85,29 @@ def cluster_node(
     so they do not load the machine during the rest of the session.
     """
     node = ClusterNode(tools_dir(), images=[built_image.archive])
+    yield from _run_node(request, node, node_figures, "")
+
+
+@pytest.fixture(scope="module")
+def dra_cluster_node(
+    request: pytest.FixtureRequest, node_figures: dict[str, str]
+) -> Iterator[ClusterNode]:
+    """The same one-node cluster as a node of a pool GKE gives to the TPU DRA driver: its
+    labels (DRA_NODE_LABELS), no ``google.com/tpu`` advertised, no webhook image. Per module."""
+    node = ClusterNode(tools_dir(), labels=DRA_NODE_LABELS, tpu_chips=0)
+    yield from _run_node(request, node, node_figures, "DRA ")
+
+
+def _run_node(
+    request: pytest.FixtureRequest, node: ClusterNode, node_figures: dict[str, str], kind: str
+) -> Iterator[ClusterNode]:
+    """Start `node`, record its figures, and stop it (keeping its logs if a test failed)."""
     node.start()
-    node_figures["node start (control plane, containerd, kubelet, Ready)"] = (
+    node_figures[f"{kind}node start (control plane, containerd, kubelet, Ready)"] = (
         f"{node.start_seconds:.1f} s"
     )
     for step, seconds in node.figures.items():
-        node_figures[f"  {step}"] = f"{seconds:.1f} s"
+        node_figures[f"  {kind}{step}"] = f"{seconds:.1f} s"
     failed_before = request.session.testsfailed
     try:
         yield node
@@ -100,7 +118,7 @@ def cluster_node(
             keep = REPO_ROOT / ".e2e-logs" / f"node-{stamp}"
         kept = node.stop(keep_logs_in=keep)
         if kept is not None:
-            node_figures["logs kept in"] = str(kept)
+            node_figures[f"{kind}logs kept in"] = str(kept)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
