@@ -28,11 +28,11 @@ What is real and what is not:
 tpu-webhook refuses a claim template whose selector names an attribute the driver does not
 publish, at the field, with the fix (`tpu.claim-invalid`). It knows a Pod for a TPU workload
 through its claims only when it can read the claim template (the template's plain CEL
-comparisons give the slice: v6e, 4x4, so 4 hosts): `tpu-webhook check` can, with the template
-in its input or `--cluster-objects`; `tpu-webhook serve` reads no cluster objects yet, so the
-Job gets no worker variables from the server. That test is a strict xfail
-(`NEEDS_SERVER_CLUSTER_VIEW`) until the server reads the cluster, and must then pass without
-the mark.
+comparisons give the slice: v6e, 4x4, so 4 hosts). `tpu-webhook serve --cluster-objects`
+lists the stored claim templates every sync period (1 s here, with the node's admin
+kubeconfig; test_cluster_objects proves the chart's read-only role is enough), so the Job is
+created once the server's view holds its template (a dry run shows the worker variables), and
+its Pods print the worker variables the webhook wrote.
 """
 
 from __future__ import annotations
@@ -60,12 +60,6 @@ JOB = "dra-train"
 HOSTS = 4
 CLAIM = "tpus"  # the Pod's name for its claim (spec.resourceClaims[0].name)
 SELECTOR_FIELD = "spec.spec.devices.requests[0].exactly.selectors[0].cel.expression"
-NEEDS_SERVER_CLUSTER_VIEW = pytest.mark.xfail(
-    strict=True,
-    reason="tpu-webhook serve has no cluster view: it cannot read the Job's "
-    "ResourceClaimTemplate, so it does not know the Job for a TPU workload (tpu-webhook check "
-    "does, given the template); remove this mark when the server reads the cluster",
-)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -114,7 +108,12 @@ def webhook(
     node = dra_cluster_node
     certs = tmp_path_factory.mktemp("dra-webhook-certs")
     make_certs(certs)
-    with WebhookProcess(certs) as server:
+    environment = {
+        "TPU_WEBHOOK_CLUSTER_OBJECTS": "true",
+        "TPU_WEBHOOK_CLUSTER_SYNC_SECONDS": "1",
+        "TPU_WEBHOOK_KUBECONFIG": str(node.cp.kubeconfig),
+    }
+    with WebhookProcess(certs, env=environment) as server:
         configurations = url_mode_configurations(
             server.url, server.ca_file.read_bytes(), helm=node.bin_dir / "helm"
         )
@@ -160,9 +159,16 @@ def allocated(
     the scheduler has said why the other Pods wait."""
     node = dra_cluster_node
     create_namespace(node, NAMESPACE)
+    kubectl_ok(node, "create", "-n", NAMESPACE, "-f", str(DATA / "claimtemplate-v6e-4x4-host.yaml"))
+    job = str(DATA / "job-v6e-4x4.yaml")
+
+    def template_read() -> bool:  # the server's next sync holds the template
+        dry = node.kubectl("create", "--dry-run=server", "-o", "json", "-n", NAMESPACE, "-f", job)
+        return dry.returncode == 0 and "TPU_WORKER_ID" in dry.stdout
+
+    node.wait_for("the webhook's view to hold the claim template", template_read, 30)
     began = time.monotonic()
-    for name in ("claimtemplate-v6e-4x4-host.yaml", "job-v6e-4x4.yaml"):
-        kubectl_ok(node, "create", "-n", NAMESPACE, "-f", str(DATA / name))
+    kubectl_ok(node, "create", "-n", NAMESPACE, "-f", job)
 
     def placed() -> Allocated | None:
         pods = {p["metadata"]["name"]: p for p in get_json(node, "pods", "-n", NAMESPACE)["items"]}
@@ -437,7 +443,6 @@ def test_a_misspelt_attribute_is_found_only_by_the_scheduler_when_nobody_checks_
 # ------------------------------------------------------------------- what tpu-webhook does
 
 
-@NEEDS_SERVER_CLUSTER_VIEW
 def test_the_jobs_pods_carry_the_webhooks_worker_variables(
     dra_cluster_node: ClusterNode, completed: Completed
 ) -> None:
