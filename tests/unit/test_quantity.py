@@ -249,3 +249,14 @@ def test_quantities_of_three_million_characters_are_read_for_what_they_are() -> 
         parse_quantity("9" * 3_000_000)
     with pytest.raises(QuantityError, match=r"^not a quantity: 'xxxx.{50,70}$"):
         parse_quantity("x" * 3_000_000)
+
+
+def test_a_refused_quantity_is_named_by_its_first_characters_only() -> None:
+    """Printing a 3 MB value whole took longer than reading it; an int of more than 4,300
+    digits cannot be printed at all (Python's int-to-text limit)."""
+    with pytest.raises(QuantityOutOfRange, match=r"^quantity out of range: '9{64}'\.\.\.$"):
+        parse_quantity("9" * 3_000_000)
+    with pytest.raises(
+        QuantityOutOfRange, match=r"^quantity out of range: an integer of about 5001 digits$"
+    ):
+        parse_quantity(10**5000)

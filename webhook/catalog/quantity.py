@@ -73,9 +73,11 @@ def _bounded(sign: str, whole: bytes, fraction: bytes) -> Decimal:
 
 
 def _first_nonzero(digits: bytes, start: int) -> int:
-    """The index of the first digit 1-9 at or after `start`, -1 when there is none."""
-    found = [i for i in (digits.find(d, start) for d in b"123456789") if i >= 0]
-    return min(found) if found else -1
+    """The index of the first digit 1-9 at or after `start` (`digits` holds digits only), -1
+    when there is none: one scan over the zeros, stopping at the first other digit."""
+    rest = len(digits) - start
+    zeros = rest - len(digits[start:].lstrip(b"0")) if rest > 0 else 0
+    return start + zeros if zeros < rest else -1
 
 
 def _split_long(text: str) -> tuple[Decimal, str, str | None] | None:
@@ -116,6 +118,11 @@ _DECIMAL = frozenset(s.encode() for s in _SUFFIXES if len(s) == 1)
 
 
 def _short(value: object) -> str:
+    """At most 64 characters of `value`, as Python writes it: only what is shown is printed."""
+    if isinstance(value, str) and len(value) > 64:
+        return repr(value[:64]) + "..."
+    if isinstance(value, int) and value.bit_length() > 200:  # repr is quadratic in the digits
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
     text = repr(value)
     return text if len(text) <= 64 else text[:64] + "..."
 
