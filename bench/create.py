@@ -21,7 +21,10 @@ kube-controller-manager's Job controller) runs three ways, side by side, round b
 
 Each round measures, per way: the latency of creating TPU Pods one after the other (p50, p99);
 1,000 Pod creates from 8 clients (wall time); and a Job whose controller creates 256 Pods (from
-the Job's create to the 256th Pod stored, seen on a watch). See bench/README.md.
+the Job's create to the 256th Pod stored, seen on a watch). Then the same with a plain workload
+(Pods and a Job that ask for no TPU, as 99% of a cluster's Pods) under `none`, `webhook` and
+`webhook-no-cel`: what tpu-webhook, installed as the chart installs it, costs every other Pod.
+See bench/README.md.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from webhook.catalog import load_catalog
 from webhook.registration import tpu_match_expression
 
 WAYS = ("none", "floor-go", "floor-python", "webhook", "webhook-no-cel", "policy")
+PLAIN_WAYS = ("none", "webhook", "webhook-no-cel")
 FEATURES = (
     "--feature-gates=MutatingAdmissionPolicy=true",
     "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
@@ -169,6 +173,58 @@ def tpu_job(name: str, hosts: int) -> dict[str, Any]:
             },
         },
     }
+
+
+def plain_pod(name: str) -> dict[str, Any]:
+    """A Pod that asks for no TPU: what most of a cluster's Pods are."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"bench": "pod"}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                }
+            ],
+        },
+    }
+
+
+def plain_job(name: str, hosts: int) -> dict[str, Any]:
+    """A Job of `hosts` Pods that ask for no TPU."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "completions": hosts,
+            "parallelism": hosts,
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": {"bench": "job"}},
+                "spec": {"restartPolicy": "Never", **plain_pod(name)["spec"]},
+            },
+        },
+    }
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a round creates: single Pods (sequential and burst) and a Job's Pods."""
+
+    name: str
+    pod: Callable[[str], dict[str, Any]]
+    job: Callable[[str, int], dict[str, Any]]
+    ways: tuple[str, ...]
+
+
+WORKLOADS = (
+    Workload("tpu", tpu_pod, tpu_job, WAYS),
+    Workload("plain", plain_pod, plain_job, PLAIN_WAYS),
+)
 
 
 def tpu_container_test(c: str) -> str:
@@ -391,15 +447,15 @@ def await_patching(cp: ControlPlane, patched: bool) -> None:
 
 
 def sequential(
-    cp: ControlPlane, server: WebhookProcess, count: int
+    cp: ControlPlane, server: WebhookProcess, count: int, workload: Workload
 ) -> tuple[list[float], dict[str, float]]:
     """Latency of each create, and the mean ms per create of each step of `STEPS`."""
     api, metrics = Api(cp), Api(cp)
     try:
         for i in range(5):  # warm: connection, watch caches, the webhook's connection pool
-            api.create(PODS, tpu_pod(f"warm-{i}"))
+            api.create(PODS, workload.pod(f"warm-{i}"))
         before = scrape(metrics, server)
-        latencies = [api.create(PODS, tpu_pod(f"seq-{i}")) for i in range(count)]
+        latencies = [api.create(PODS, workload.pod(f"seq-{i}")) for i in range(count)]
         after = scrape(metrics, server)
         return latencies, {k: (after[k] - before[k]) / count * 1000 for k in before}
     finally:
@@ -407,7 +463,7 @@ def sequential(
         api.close()
 
 
-def burst(cp: ControlPlane, count: int, clients: int) -> float:
+def burst(cp: ControlPlane, count: int, clients: int, workload: Workload) -> float:
     """Wall time for `clients` threads to create `count` Pods between them."""
     apis = [Api(cp) for _ in range(clients)]
     for api in apis:
@@ -419,7 +475,7 @@ def burst(cp: ControlPlane, count: int, clients: int) -> float:
         start.wait()
         try:
             for i in range(n, count, clients):
-                apis[n].create(PODS, tpu_pod(f"burst-{i}"))
+                apis[n].create(PODS, workload.pod(f"burst-{i}"))
         except BaseException as error:
             errors.append(error)
 
@@ -438,7 +494,7 @@ def burst(cp: ControlPlane, count: int, clients: int) -> float:
     return seconds
 
 
-def job(cp: ControlPlane, hosts: int) -> float:
+def job(cp: ControlPlane, hosts: int, workload: Workload) -> float:
     """From the Job's create to its last Pod stored, as a watch on the namespace sees it."""
     api, watcher = Api(cp), Api(cp)
     try:
@@ -449,7 +505,7 @@ def job(cp: ControlPlane, hosts: int) -> float:
         stream = watcher.connection.getresponse()
         name = f"train-{uuid.uuid4().hex[:6]}"
         started = time.perf_counter()
-        api.create(JOBS, tpu_job(name, hosts))
+        api.create(JOBS, workload.job(name, hosts))
         seen = 0
         while seen < hosts:
             line = stream.readline()
@@ -474,11 +530,17 @@ def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 60) -> N
 # --------------------------------------------------------------------------- the run
 
 
-def run(profile: Profile, work: Path) -> tuple[dict[str, Figures], str]:
-    """Every way, round by round; the API server's version and the load averages around it."""
+Results = dict[str, dict[str, Figures]]  # by workload, then way
+
+
+def run(
+    profile: Profile, work: Path, workloads: tuple[Workload, ...] = WORKLOADS
+) -> tuple[Results, str]:
+    """Every workload and way, round by round; the API server's version and the load averages
+    around it."""
     load_before = os.getloadavg()
     make_certs(work)
-    results = {way: Figures(way) for way in WAYS}
+    results = {w.name: {way: Figures(way) for way in w.ways} for w in workloads}
     patch = mutate_patch(tpu_pod("floor"), default_policy())  # what tpu-webhook answers
     with (
         ControlPlane(
@@ -514,23 +576,28 @@ def run(profile: Profile, work: Path) -> tuple[dict[str, Figures], str]:
         pids = {n: cp.pid(n) for n in PROCESSES[:3]} | {"tpu-webhook": server.process.pid}
         pids |= {"floor-go": floor_go.process.pid, "floor-python": floor_python.process.pid}
         for number in range(profile.rounds):
-            for way in WAYS:
-                print(f"# round {number + 1}/{profile.rounds}: {way}", flush=True)
-                switch_to(cp, way, registrations)
-                clean(api)
-                latencies, steps = sequential(cp, server, profile.sequential)
-                results[way].latencies.append(latencies)
-                results[way].steps.append(steps)
-                clean(api)
-                before = cpu_seconds(pids)
-                results[way].burst_seconds.append(burst(cp, profile.burst, profile.clients))
-                after = cpu_seconds(pids)
-                results[way].cpu.append(
-                    {n: (after[n] - before[n]) / profile.burst * 1e6 for n in PROCESSES}
-                )
-                clean(api)
-                results[way].job_seconds.append(job(cp, profile.job_hosts))
-                clean(api)
+            for workload in workloads:
+                for way in workload.ways:
+                    print(
+                        f"# round {number + 1}/{profile.rounds}: {workload.name} {way}", flush=True
+                    )
+                    figures = results[workload.name][way]
+                    switch_to(cp, way, registrations)
+                    clean(api)
+                    latencies, steps = sequential(cp, server, profile.sequential, workload)
+                    figures.latencies.append(latencies)
+                    figures.steps.append(steps)
+                    clean(api)
+                    before = cpu_seconds(pids)
+                    seconds = burst(cp, profile.burst, profile.clients, workload)
+                    figures.burst_seconds.append(seconds)
+                    after = cpu_seconds(pids)
+                    figures.cpu.append(
+                        {n: (after[n] - before[n]) / profile.burst * 1e6 for n in PROCESSES}
+                    )
+                    clean(api)
+                    figures.job_seconds.append(job(cp, profile.job_hosts, workload))
+                    clean(api)
         api.close()
     load_after = os.getloadavg()
     loads = " / ".join(f"{a:.1f}" for a in load_before)
@@ -538,12 +605,40 @@ def run(profile: Profile, work: Path) -> tuple[dict[str, Figures], str]:
     return results, f"{version}; load average (1/5/15 min) before: {loads}"
 
 
-def report(results: dict[str, Figures], profile: Profile, version: str, command: str) -> str:
+def report(results: Results, profile: Profile, version: str, command: str) -> str:
+    lines = [
+        f"kube-apiserver {version}; `{command}`; {profile.rounds} round(s), workloads and ways in "
+        "turn within each; medians over rounds.",
+    ]
+    tpu, plain = results.get("tpu"), results.get("plain")
+    if tpu is not None:
+        lines += ["", "TPU Pods (a v5e 2x4 Pod; a v4 8x8x16 Indexed Job):", ""]
+        lines += _ways_table(tpu, profile)
+        lines += _parts(tpu)
+        lines += _steps_and_cpu(tpu, profile)
+    if plain is not None:
+        lines += [
+            "",
+            "Plain Pods and a plain Job (no TPU): what every other Pod pays for tpu-webhook "
+            "installed as the chart installs it (`webhook`), and without its CEL filter "
+            "(`webhook-no-cel`: every Pod sent):",
+            "",
+        ]
+        lines += _ways_table(plain, profile)
+        lines += _steps_and_cpu(plain, profile)
+    lines += ["", "Every round, seconds (burst; Job):"]
+    for name, ways in results.items():
+        for way, f in ways.items():
+            rounds = "; ".join(
+                f"{b:.2f}, {j:.2f}" for b, j in zip(f.burst_seconds, f.job_seconds, strict=True)
+            )
+            lines.append(f"- {name} {way}: {rounds}")
+    return "\n".join(lines)
+
+
+def _ways_table(results: dict[str, Figures], profile: Profile) -> list[str]:
     none = results["none"]
     lines = [
-        f"kube-apiserver {version}; `{command}`; {profile.rounds} round(s), ways in turn within "
-        "each; medians over rounds.",
-        "",
         "| way | create p50 ms | create p99 ms | added p50 ms | "
         f"{profile.burst} Pods, {profile.clients} clients, s | overhead | "
         f"Job of {profile.job_hosts} Pods, s | overhead |",
@@ -551,8 +646,7 @@ def report(results: dict[str, Figures], profile: Profile, version: str, command:
     ]
     base_burst = statistics.median(none.burst_seconds)
     base_job = statistics.median(none.job_seconds)
-    for way in WAYS:
-        f = results[way]
+    for way, f in results.items():
         b, j = statistics.median(f.burst_seconds), statistics.median(f.job_seconds)
         added = f.p(50) - none.p(50)
         lines.append(
@@ -561,8 +655,15 @@ def report(results: dict[str, Figures], profile: Profile, version: str, command:
             f"{'' if way == 'none' else f'{(b / base_burst - 1) * 100:+.1f} %'} | {j:.2f} | "
             f"{'' if way == 'none' else f'{(j / base_job - 1) * 100:+.1f} %'} |"
         )
-    go, python, ours = results["floor-go"], results["floor-python"], results["webhook"]
-    lines += [
+    return lines
+
+
+def _parts(results: dict[str, Figures]) -> list[str]:
+    none, go, python = results["none"], results["floor-go"], results["floor-python"]
+    ours = results["webhook"]
+    base_burst = statistics.median(none.burst_seconds)
+    base_job = statistics.median(none.job_seconds)
+    lines = [
         "",
         "tpu-webhook's added cost in three parts: what the API server charges for calling any "
         "webhook (the Go floor), what the Python serving stack adds (the Python floor), and "
@@ -583,34 +684,32 @@ def report(results: dict[str, Figures], profile: Profile, version: str, command:
             f"| {part} | {high.p(50) - low.p(50):+.2f} | {burst_share / base_burst * 100:+.1f} % | "
             f"{job_share / base_job * 100:+.1f} % |"
         )
-    lines += [
+    return lines
+
+
+def _steps_and_cpu(results: dict[str, Figures], profile: Profile) -> list[str]:
+    ways = list(results)
+    lines = [
         "",
         "Where a sequential create's time goes (mean ms per create, median over rounds):",
         "",
-        "| step | " + " | ".join(WAYS) + " |",
-        "|---|" + "---|" * len(WAYS),
+        "| step | " + " | ".join(ways) + " |",
+        "|---|" + "---|" * len(ways),
     ]
     for label, _, _ in STEPS:
-        cells = [f"{statistics.median(r[label] for r in results[w].steps):.3f}" for w in WAYS]
+        cells = [f"{statistics.median(r[label] for r in results[w].steps):.3f}" for w in ways]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += [
         "",
         f"CPU per Pod of the burst of {profile.burst}, µs, by process (median over rounds):",
         "",
-        "| process | " + " | ".join(WAYS) + " |",
-        "|---|" + "---|" * len(WAYS),
+        "| process | " + " | ".join(ways) + " |",
+        "|---|" + "---|" * len(ways),
     ]
     for name in PROCESSES:
-        cells = [f"{statistics.median(r[name] for r in results[w].cpu):.0f}" for w in WAYS]
+        cells = [f"{statistics.median(r[name] for r in results[w].cpu):.0f}" for w in ways]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += ["", "Every round, seconds (burst; Job):"]
-    for way in WAYS:
-        f = results[way]
-        rounds = "; ".join(
-            f"{b:.2f}, {j:.2f}" for b, j in zip(f.burst_seconds, f.job_seconds, strict=True)
-        )
-        lines.append(f"- {way}: {rounds}")
-    return "\n".join(lines)
+    return lines
 
 
 def _percentile(values: list[float], pct: float) -> float:
@@ -623,17 +722,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.create", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="one round of each way")
     parser.add_argument("--out", type=Path, help="also write create.md and create.json here")
+    parser.add_argument(
+        "--workloads",
+        default="tpu,plain",
+        help="comma-separated: tpu (every way), plain (none, webhook, webhook-no-cel)",
+    )
     args = parser.parse_args(argv)
     profile = PROFILES["quick" if args.quick else "default"]
+    chosen = args.workloads.split(",")
+    unknown = set(chosen) - {w.name for w in WORKLOADS}
+    if unknown:
+        parser.error(f"unknown workload(s): {', '.join(sorted(unknown))}")
+    workloads = tuple(w for w in WORKLOADS if w.name in chosen)
     with tempfile.TemporaryDirectory(prefix="tpu-webhook-bench-create-") as work:
-        results, version = run(profile, Path(work))
+        results, version = run(profile, Path(work), workloads)
     command = "python -m bench.create" + (" --quick" if args.quick else "")
+    if args.workloads != "tpu,plain":
+        command += f" --workloads {args.workloads}"
     text = report(results, profile, version, command)
     print(text)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "create.md").write_text(text + "\n")
-        raw = {way: f.__dict__ for way, f in results.items()}
+        raw = {name: {way: f.__dict__ for way, f in ways.items()} for name, ways in results.items()}
         (args.out / "create.json").write_text(json.dumps(raw, indent=2))
     return 0
 
