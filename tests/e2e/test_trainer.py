@@ -30,9 +30,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ruamel.yaml import YAML
 
 from dev.controlplane import REPO_ROOT, ControlPlane
 from dev.operators import Operators, install_crds
+from tests.corpus import controllers as ch
 from tests.e2e.test_owners import (
     INDEX,
     JOBSET,
@@ -51,6 +53,9 @@ from tests.e2e.test_owners import (
     worker_env,
 )
 from tests.support.webhook_process import WebhookProcess
+from webhook.admission.dispatch import Policy
+from webhook.catalog import load_catalog
+from webhook.offline import admit
 
 pytestmark = pytest.mark.e2e
 
@@ -128,6 +133,18 @@ def edited(path: Path, tmp_path: Path, old: str, new: str) -> Path:
     return out
 
 
+def modelled_jobset(sample: Path, ns: str) -> dict[str, Any]:
+    """The JobSet tests/corpus/controllers/trainer.py says Trainer makes from the TrainJob on the
+    runtimes of RUNTIMES, as stored: defaulted by JobSet's webhook, then patched by tpu-webhook
+    (the API server calls them in that order: `jobset-...` sorts before tpu-webhook's name)."""
+    yaml = YAML(typ="safe", pure=True)
+    runtimes = [yaml.load(path) for path in RUNTIMES]
+    trainjob = yaml.load(sample)
+    trainjob["metadata"]["namespace"] = ns
+    (jobset,) = ch.children(ch.stored(trainjob), cluster=runtimes)
+    return dict(admit(ch.stored(jobset), Policy(load_catalog()), ns).stored)
+
+
 def get_or_none(cp: ControlPlane, ns: str, resource: str, name: str) -> Any:
     found = cp.kubectl("get", "-n", ns, resource, name, "-o", "json")
     return json.loads(found.stdout) if found.returncode == 0 else None
@@ -169,6 +186,8 @@ def test_trainjob_on_a_v5e_2x4_slice_runs_and_its_pods_carry_jax_and_tpu_webhook
     # Trainer's JobSet: one trainer Job of 2 Pods (numNodes), the JAX variables, no TPU ones
     jobset = wait_for(lambda: get_or_none(cp, ns, "jobset", name), f"jobset {name}")
     assert controller_of(jobset) == ("TrainJob", name)
+    # ... the JobSet of the corpus's model of Trainer, once JobSet's webhook and ours patched it
+    assert jobset["spec"] == modelled_jobset(sample, ns)["spec"]
     (rjob,) = jobset["spec"]["replicatedJobs"]
     assert (rjob["name"], rjob["replicas"]) == ("node", 1)
     job_spec = rjob["template"]["spec"]

@@ -35,9 +35,9 @@ POLICY = Policy(load_catalog())
 MINIMUM = 40
 CATEGORIES = frozenset(
     {
-        "deployment", "job", "jobset", "leaderworkerset", "ray", "multislice", "dynamic-slicing",
-        "sub-slicing", "tpu7x-multi-container", "hostnetwork", "kueue",
-        "v4", "v5e", "v5p", "v6e", "tpu7x",
+        "deployment", "job", "jobset", "leaderworkerset", "ray", "trainjob", "pathwaysjob",
+        "multislice", "dynamic-slicing", "sub-slicing", "tpu7x-multi-container", "hostnetwork",
+        "kueue", "v4", "v5e", "v5p", "v6e", "tpu7x",
     }
 )  # fmt: skip
 GENERATIONS = {
@@ -146,6 +146,21 @@ def selector(spec: Mapping[str, Any]) -> dict[str, str]:
     return found
 
 
+#: Owners whose Pod templates only their controllers' JobSets hold (a TrainJob's are in its
+#: runtime, a PathwaysJob's are built from a machine type): a manifest covers what those JobSets do.
+JOBSET_OWNERS = {"TrainJob": "trainjob", "PathwaysJob": "pathwaysjob"}
+
+
+def covered_objects(m: Manifest) -> list[Mapping[str, Any]]:
+    """The manifest's objects, and the JobSets their controllers make for JOBSET_OWNERS."""
+    found: list[Mapping[str, Any]] = []
+    for obj in m.objects:
+        found.append(obj)
+        if obj.get("kind") in JOBSET_OWNERS:
+            found += ch.children(ch.stored(obj), cluster=m.objects)
+    return found
+
+
 def derived_covers(m: Manifest) -> set[str]:
     kinds = {
         "Deployment": "deployment",
@@ -156,9 +171,10 @@ def derived_covers(m: Manifest) -> set[str]:
         "RayJob": "ray",
         "RayService": "ray",
         "Pod": "pod",
+        **JOBSET_OWNERS,
     }
     found: set[str] = set()
-    for obj in m.objects:
+    for obj in covered_objects(m):
         if obj.get("kind") in kinds:
             found.add(kinds[obj["kind"]])
         if ch.kueue_queued(obj):
@@ -359,8 +375,8 @@ def create(
         if final is None:
             return
         owner, shadow_owner = ch.stored(final), ch.stored(ch.kueue_admit(shadow_owner, m.flavor))
-    kids = ch.children(owner, [a for a, _ in ancestors])
-    shadow_kids = ch.children(shadow_owner, [s for _, s in ancestors])
+    kids = ch.children(owner, [a for a, _ in ancestors], m.objects)
+    shadow_kids = ch.children(shadow_owner, [s for _, s in ancestors], m.objects)
     for kid, shadow_kid in zip(kids, shadow_kids, strict=True):
         pairs = (*ancestors, (owner, shadow_owner))
         create(run, m, kid, shadow_kid, trail, pairs, queued and kind == "JobSet")
@@ -588,3 +604,119 @@ def test_kueue_admission_merges_the_flavor_labels_and_unsuspends_the_job() -> No
         ch.TOPOLOGY: "2x2x2",
     }
     assert len(ch.children(ch.stored(admitted))) == 2
+
+
+def test_pathwaysjob_makes_a_head_job_and_a_job_of_its_slice_hosts_per_slice() -> None:
+    """PATHWAYS internal/controller/pathwaysjob_controller.go, as modelled in controllers/."""
+    pw = corpus_object("pathwaysjob-v4-2x2x2-two-slices", "PathwaysJob")
+    (jobset,) = ch.children(pw)
+    assert jobset["metadata"]["ownerReferences"][0]["kind"] == "PathwaysJob"
+    spec = jobset["spec"]
+    assert (spec["startupPolicy"], spec["coordinator"], spec["failurePolicy"]) == (
+        {"startupPolicyOrder": "InOrder"},
+        {"replicatedJob": "pathways-head"},
+        {"maxRestarts": 10},
+    )
+    head, worker = spec["replicatedJobs"]
+    head_pod = head["template"]["spec"]["template"]["spec"]
+    assert [c["name"] for c in head_pod["initContainers"]] == ["pathways-rm", "pathways-proxy"]
+    assert {c["restartPolicy"] for c in head_pod["initContainers"]} == {"Always"}
+    (main,) = head_pod["containers"]
+    assert ch.env_value(main, "JAX_BACKEND_TARGET") == "grpc://$(PATHWAYS_HEAD):29000"
+    assert "nodeSelector" not in head_pod  # default mode: CPU nodes
+    assert (worker["replicas"], worker["template"]["spec"]["parallelism"]) == (2, 2)
+    assert worker["template"]["spec"]["backoffLimit"] == 8  # 4 x hosts, on purpose
+    worker_pod = worker["template"]["spec"]["template"]["spec"]
+    assert worker_pod["nodeSelector"] == {
+        "cloud.google.com/reservation-name": "reservation-name",
+        ch.ACCELERATOR: "tpu-v4-podslice",
+        ch.TOPOLOGY: "2x2x2",
+    }
+    assert worker_pod["containers"][0]["resources"] == {"limits": {ch.TPU: "4"}}
+    jobs = ch.children(ch.stored(jobset))
+    assert [j["metadata"]["name"] for j in jobs] == [
+        "pathways-trial-pathways-head-0",
+        "pathways-trial-worker-0",
+        "pathways-trial-worker-1",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("machine_type", "topology", "hosts", "chips"),
+    [
+        ("ct5lp-hightpu-8t", "2x4", 1, 8),
+        ("ct6e-standard-4t", "4x4", 4, 4),
+        ("ct5p-hightpu-4t", "2x2x1", 1, 4),
+        ("tpu7x-standard-4t", "4x4x4", 16, 4),
+    ],
+)
+def test_pathwaysjob_hosts_and_chips_come_from_its_machine_type_and_topology(
+    machine_type: str, topology: str, hosts: int, chips: int
+) -> None:
+    pw = corpus_object("pathwaysjob-v4-2x2x2-two-slices", "PathwaysJob")
+    pw["spec"]["workers"][0].update(type=machine_type, topology=topology)
+    (jobset,) = ch.children(pw)
+    job = jobset["spec"]["replicatedJobs"][1]["template"]["spec"]
+    (container,) = job["template"]["spec"]["containers"]
+    assert (job["parallelism"], job["completions"], job["backoffLimit"]) == (
+        hosts,
+        hosts,
+        4 * hosts,
+    )
+    assert container["resources"]["limits"][ch.TPU] == str(chips)
+
+
+def test_pathwaysjob_whose_topology_its_machine_type_lacks_gets_no_jobset() -> None:
+    """The controller validates the topology after the PathwaysJob is stored: status Failed."""
+    pw = corpus_object("pathwaysjob-v4-2x2x2-two-slices", "PathwaysJob")
+    pw["spec"]["workers"][0]["topology"] = "4x4"  # a v5e/v6e shape on TPU v4
+    assert ch.children(pw) == []
+
+
+def test_trainjob_makes_its_runtimes_jobset_with_its_patch_nodes_chips_and_jax_variables() -> None:
+    """TRAINER's TrainJob controller, as modelled in controllers/ (tests/e2e/test_trainer.py
+    checks the model against the real controller)."""
+    path = "trainjob-jax-tpu-sdk-runtime-patch-v5e-2x4"
+    trainjob = corpus_object(path, "TrainJob")
+    (m,) = [manifest(p) for p in MANIFESTS if p.stem == path]
+    (jobset,) = ch.children(trainjob, cluster=m.objects)
+    assert jobset["metadata"]["ownerReferences"][0]["kind"] == "TrainJob"
+    (rjob,) = jobset["spec"]["replicatedJobs"]
+    job = rjob["template"]["spec"]
+    assert (rjob["replicas"], job["parallelism"], job["completions"]) == (1, 2, 2)
+    pod = job["template"]["spec"]
+    assert pod["nodeSelector"][ch.TOPOLOGY] == "2x4"  # from the runtime patch
+    (container,) = pod["containers"]
+    assert container["resources"] == {"limits": {ch.TPU: "4"}, "requests": {ch.TPU: "4"}}
+    assert [e["name"] for e in container["env"]] == [
+        "JAX_NUM_PROCESSES",
+        "JAX_PROCESS_ID",
+        "JAX_COORDINATOR_ADDRESS",
+        "JAX_PLATFORMS",
+        "ENABLE_PJRT_COMPATIBILITY",
+    ]
+    assert ch.env_value(container, "JAX_COORDINATOR_ADDRESS") == (
+        "jax-tpu-dist-node-0-0.jax-tpu-dist:29500"
+    )
+    # no runtime in the cluster: the controller makes nothing
+    assert ch.children(trainjob) == []
+
+
+def test_the_trainer_and_pathways_manifests_hold_the_objects_the_e2e_tests_run() -> None:
+    """One set of objects: the corpus decides what tests/e2e/test_trainer.py runs for real."""
+    data = CORPUS.parent / "e2e" / "data"
+    pairs = {
+        "trainjob-jax-tpu-sdk-runtime-patch-v5e-2x4": [
+            "trainer-runtime-jax-distributed.yaml",
+            "trainer-trainjob-jax-tpu-sdk.yaml",
+        ],
+        "trainjob-jax-mnist-on-runtime-v5e-2x4": [
+            "trainer-runtime-jax-tpu-v5-8.yaml",
+            "trainer-trainjob-jax-tpu-v5-8.yaml",
+        ],
+        "pathwaysjob-v4-2x2x2-two-slices": ["pathwaysjob-v4-2x2x2.yaml"],
+    }
+    for stem, files in pairs.items():
+        (path,) = [p for p in MANIFESTS if p.stem == stem]
+        e2e = [o for f in files for o in manifest(data / f).objects]  # read the same way
+        assert list(manifest(path).objects) == e2e, stem
