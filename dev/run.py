@@ -24,6 +24,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import textwrap
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -213,7 +214,8 @@ def find_crds() -> list[Path]:
     say(f"CRDs of {OWNER_KINDS}:")
 
     def downloading(module: str, version: str) -> None:
-        say(f"  downloading {module}@{version} (module zip, about 1 MB; no build) ...")
+        size = "19 MB" if module.startswith("github.com/kubeflow/") else "about 1 MB"
+        say(f"  downloading {module}@{version} (module zip, {size}; no build) ...")
 
     try:
         dirs = crd_dirs(on_download=downloading)
@@ -356,11 +358,15 @@ def print_walkthrough(
     broken = sorted(EXAMPLES.glob("broken/*.yaml"))
     correct = sorted(EXAMPLES.glob("*.yaml"))
     if operators:
-        owners = f"The operators of {OWNER_KINDS} run too.\n"
+        owners = textwrap.fill(f"The operators of {OWNER_KINDS} run too.", 96) + "\n"
     elif crds:
         owners = (
-            f"{OWNER_KINDS} objects are stored (their\nCRDs are installed) but "
-            "no operator acts on them: make run RUN_ARGS=--operators runs them.\n"
+            textwrap.fill(
+                f"{OWNER_KINDS} objects are stored (their CRDs are installed) but no operator "
+                "acts on them: make run RUN_ARGS=--operators runs them.",
+                96,
+            )
+            + "\n"
         )
     else:
         owners = ""
