@@ -16,13 +16,14 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from webhook.admission.dispatch import Policy
+from webhook.admission.dispatch import Cluster, Policy
 from webhook.catalog import CatalogError, load_catalog
 from webhook.certs import CA_FILE, make_ca, make_serving_cert, service_names, write_pair
 from webhook.examples import KINDS, example_manifests
 from webhook.manifests import ManifestError, read_objects
 from webhook.offline import Result, admit
 from webhook.output import OutputError, accelerator_data, dump, kubectl_list, verdicts_text
+from webhook.policy.cluster import CLUSTER_KINDS, view_for
 from webhook.policy.decide import Options
 from webhook.policy.rules import BY_CODE, RULES
 
@@ -110,6 +111,15 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         command.add_argument(
             "--catalog", type=Path, help="TPU catalog file extending the packaged one"
         )
+        command.add_argument(
+            "--cluster-objects",
+            action="append",
+            default=[],
+            metavar="PATH",
+            help="a cluster's objects the decisions read (ComputeClasses...): file or directory, "
+            "e.g. `kubectl get computeclasses -o yaml` saved (repeatable); the manifests' own "
+            "are read too",
+        )
         formats = ["text", "json", "yaml"] if name == "check" else ["yaml", "json"]
         command.add_argument("-o", "--output", choices=formats, default=formats[0])
         command.set_defaults(run=run)
@@ -159,24 +169,24 @@ def _certs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _policy(args: argparse.Namespace) -> Policy:
-    return Policy(load_catalog(args.catalog), Options())
-
-
 def _admit_all(args: argparse.Namespace) -> list[Result]:
-    policy = _policy(args)
+    catalog = load_catalog(args.catalog)
+    given = [found for source in args.filename for found in read_objects(source, warn=_warn)]
+    held = [obj for source in args.cluster_objects for _, obj in read_objects(source, warn=_warn)]
+    read = set(CLUSTER_KINDS) if args.cluster_objects else set()
+    view = view_for(catalog, [*held, *(obj for _, obj in given)], read)
+    policy = Policy(catalog, Options(), cluster=Cluster(view))
     results = []
-    for source in args.filename:
-        for origin, obj in read_objects(source, warn=_warn):
-            try:
-                results.append(admit(obj, policy))
-            except RecursionError:  # a value nested where a TPU field belongs
-                meta = obj.get("metadata")
-                name = meta.get("name", "") if isinstance(meta, dict) else ""
-                raise ManifestError(
-                    f"{origin}: {obj.get('kind')}/{name}: a field tpu-webhook reads nests too "
-                    "deeply (the API server would refuse this object)"
-                ) from None
+    for origin, obj in given:
+        try:
+            results.append(admit(obj, policy))
+        except RecursionError:  # a value nested where a TPU field belongs
+            meta = obj.get("metadata")
+            name = meta.get("name", "") if isinstance(meta, dict) else ""
+            raise ManifestError(
+                f"{origin}: {obj.get('kind')}/{name}: a field tpu-webhook reads nests too "
+                "deeply (the API server would refuse this object)"
+            ) from None
     return results
 
 

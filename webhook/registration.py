@@ -23,10 +23,12 @@ import orjson
 from webhook.admission.trigger import (
     AFFINITY_TERMS,
     CONTAINER_LISTS,
+    RESOURCE_CLAIMS,
     TPU_RESOURCES,
     TPU_SELECTOR_KEYS,
 )
-from webhook.policy.workloads import EACH, WORKLOADS, Workload
+from webhook.policy.templates import EACH
+from webhook.policy.workloads import WORKLOADS, Workload
 
 EVERY_ITEM = EACH  # a path step: every item of the list at this point
 API_GROUP = "admissionregistration.k8s.io/v1"
@@ -94,13 +96,21 @@ def tpu_match_expression(kinds: Iterable[Kind] | None = None) -> str:
         raise ValueError(f"kinds of the same name in two groups need a group test: {duplicated}")
     by_specs: dict[str, list[str]] = {}
     for kind in kinds:
+        if not kind.pod_specs:
+            continue  # sent whole, below
         specs = " + ".join(_specs("object", path) for path in kind.pod_specs)
         by_specs.setdefault(specs, []).append(kind.kind)
     branches = ""
     for specs, kind_names in by_specs.items():
         test = " || ".join(f"request.kind.kind == '{name}'" for name in kind_names)
         branches += f"({test})\n  ? {specs}\n  : "
-    return f"({branches}[]\n).exists(s,\n{_tpu_spec('s')})"
+    pod_specs = f"({branches}[]\n).exists(s,\n{_tpu_spec('s')})"
+    whole = [f"'{k.kind}'" for k in kinds if not k.pod_specs]
+    if not whole:
+        return pod_specs
+    # kinds without pod templates are sent whole: a claim (whether its device class selects
+    # TPUs is the server's to read), an owner read by its own fields (TrainJob, PathwaysJob)
+    return f"request.kind.kind in [{', '.join(whole)}]\n|| {pod_specs}"
 
 
 def _specs(base: str, path: Steps) -> str:
@@ -146,7 +156,8 @@ def _tpu_spec(s: str) -> str:
         f"      && t.matchExpressions.exists(e, e.key in {keys})))\n"
         f"  || ({containers}).exists(c,\n"
         f"    has(c.resources)\n"
-        f"    && ({asks}))"
+        f"    && ({asks}))\n"
+        f"  || has({s}.{RESOURCE_CLAIMS})"
     )
 
 

@@ -71,6 +71,11 @@ class Settings(BaseSettings):
     cert_propagation_seconds: float = Field(default=60, ge=0)
     # Older CAs stay in the caBundles this long after the new certificate is issued.
     cert_overlap_seconds: float = Field(default=600, ge=0)
+    # Read the cluster objects decisions need (GKE ComputeClasses, DRA DeviceClasses and
+    # ResourceClaimTemplates, Kubeflow Trainer runtimes) through the Kubernetes API, read-only,
+    # every cluster_sync_seconds (the chart's clusterObjects); off: only what a review carries.
+    cluster_objects: bool = False
+    cluster_sync_seconds: float = Field(default=30.0, gt=0)
     # The identity that calls the Kubernetes API out of a cluster; in a Pod, its ServiceAccount.
     kubeconfig: Path | None = None
 

@@ -52,12 +52,31 @@ CRD_KINDS = {"ServiceMonitor", "PodMonitoring", "Certificate", "Issuer"}
 EXPECTED_RULES = [
     {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]},
     {"apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs", "cronjobs"]},
-    {"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments", "statefulsets"]},
+    {
+        "apiGroups": ["apps"],
+        "apiVersions": ["v1"],
+        "resources": ["deployments", "daemonsets", "statefulsets"],
+    },
     {"apiGroups": ["jobset.x-k8s.io"], "apiVersions": ["v1alpha2"], "resources": ["jobsets"]},
     {
         "apiGroups": ["leaderworkerset.x-k8s.io"],
         "apiVersions": ["v1"],
         "resources": ["leaderworkersets"],
+    },
+    {
+        "apiGroups": ["resource.k8s.io"],
+        "apiVersions": ["v1"],
+        "resources": ["resourceclaimtemplates", "resourceclaims"],
+    },
+    {
+        "apiGroups": ["pathways-job.pathways.domain"],
+        "apiVersions": ["v1"],
+        "resources": ["pathwaysjobs"],
+    },
+    {
+        "apiGroups": ["trainer.kubeflow.org"],
+        "apiVersions": ["v1alpha1"],
+        "resources": ["trainjobs"],
     },
     {
         "apiGroups": ["ray.io"],
@@ -219,22 +238,69 @@ RBAC = {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
 # selfManaged certificates need RBAC of their own (tests/chart/test_chart_self_managed.py).
 NO_API_USE = {"monitoring", "self-managed"}
 NO_POD_MONITORING = [(p, i) for p, i in zip(CI_FILES, CI_IDS, strict=True) if i not in NO_API_USE]
+# The server reads no cluster object (clusterObjects off): it then calls no API at all.
+NO_CLUSTER_OBJECTS = {"clusterObjects.enabled": "false"}
+
+
+def rbac(docs: Sequence[Manifest]) -> list[Manifest]:
+    """The RBAC objects of a render, but the read-only cluster-objects ones (tested apart)."""
+    return [
+        d
+        for d in docs
+        if d["kind"] in RBAC and not d["metadata"]["name"].endswith("-cluster-objects")
+    ]
 
 
 @pytest.mark.parametrize(
     "values", [p for p, _ in NO_POD_MONITORING], ids=[i for _, i in NO_POD_MONITORING]
 )
 def test_no_rbac_without_a_pod_monitoring(helm_env: dict[str, str], values: Path) -> None:
-    # The server never calls the API: its ServiceAccount needs no permissions in any mode.
-    assert not kinds(render(helm_env, values)) & RBAC
+    # Beyond reading the cluster objects, the server calls no API: no other permission.
+    assert rbac(render(helm_env, values)) == []
+    assert not kinds(render(helm_env, values, sets=NO_CLUSTER_OBJECTS)) & RBAC
+
+
+def test_cluster_objects_grant_only_reading_exactly_what_decisions_read(
+    helm_env: dict[str, str],
+) -> None:
+    docs = render(helm_env)
+    role = only(docs, "ClusterRole")
+    account = only(docs, "ServiceAccount")["metadata"]["name"]
+    assert role["metadata"]["name"] == f"{account}-cluster-objects"
+    assert role["rules"] == [
+        {
+            "apiGroups": ["cloud.google.com"],
+            "resources": ["computeclasses"],
+            "verbs": ["get", "list", "watch"],
+        },
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["deviceclasses", "resourceclaimtemplates"],
+            "verbs": ["get", "list", "watch"],
+        },
+        {
+            "apiGroups": ["trainer.kubeflow.org"],
+            "resources": ["clustertrainingruntimes", "trainingruntimes"],
+            "verbs": ["get", "list", "watch"],
+        },
+    ]
+    binding = only(docs, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
+    ]
+    env = {e["name"]: e.get("value") for e in container(docs)["env"]}
+    assert (env["TPU_WEBHOOK_CLUSTER_OBJECTS"], env["TPU_WEBHOOK_CLUSTER_SYNC_SECONDS"]) == (
+        "true",
+        "30",
+    )
+    assert only(docs, "Deployment")["spec"]["template"]["spec"]["automountServiceAccountToken"]
 
 
 def test_pod_monitoring_lets_only_the_collector_read_only_the_ca_secret(
     helm_env: dict[str, str],
 ) -> None:
-    docs = [
-        d for d in render(helm_env, CHART / "ci" / "monitoring-values.yaml") if d["kind"] in RBAC
-    ]
+    docs = rbac(render(helm_env, CHART / "ci" / "monitoring-values.yaml"))
     assert sorted(d["kind"] for d in docs) == ["Role", "RoleBinding"]
     (role,) = [d for d in docs if d["kind"] == "Role"]
     assert role["rules"] == [
@@ -257,7 +323,7 @@ def test_pod_monitoring_with_its_own_tls_settings_grants_nothing_without_a_ca_se
 ) -> None:
     sets = {"metrics.podMonitoring.tls.insecureSkipVerify": "true"}
     docs = render(helm_env, CHART / "ci" / "monitoring-values.yaml", sets=sets)
-    assert not kinds(docs) & RBAC
+    assert rbac(docs) == []
     (scrape,) = only(docs, "PodMonitoring")["spec"]["endpoints"]
     assert scrape["tls"] == {"insecureSkipVerify": True}
 
@@ -412,7 +478,10 @@ def test_pod_runs_non_root_with_a_read_only_root_filesystem(helm_env: dict[str, 
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] == 65532
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-    assert pod["automountServiceAccountToken"] is False
+    # the token only for the API calls it makes (reading the cluster objects, by default)
+    assert pod["automountServiceAccountToken"] is True
+    unused = only(render(helm_env, sets=NO_CLUSTER_OBJECTS), "Deployment")["spec"]["template"]
+    assert unused["spec"]["automountServiceAccountToken"] is False
     sc = container(docs)["securityContext"]
     assert sc["readOnlyRootFilesystem"] is True
     assert sc["allowPrivilegeEscalation"] is False

@@ -20,6 +20,7 @@ from tests.chart.test_chart_render import (
     env_of,
     kinds,
     only,
+    rbac,
     render,
     template,
     webhooks,
@@ -77,7 +78,7 @@ def test_no_ca_bundle_and_no_certificate_is_rendered(helm_env: dict[str, str]) -
 def test_rbac_names_exactly_its_secret_and_its_two_configurations(
     helm_env: dict[str, str],
 ) -> None:
-    docs = [d for d in self_managed(helm_env) if d["kind"] in RBAC]
+    docs = rbac(self_managed(helm_env))  # beyond the read-only cluster objects' own
     assert sorted(d["kind"] for d in docs) == sorted(RBAC)
     role = only(docs, "Role")
     assert role["metadata"]["namespace"] == NAMESPACE
@@ -108,7 +109,7 @@ def test_rbac_names_exactly_its_secret_and_its_two_configurations(
 
 def test_only_the_enabled_configuration_is_granted_and_managed(helm_env: dict[str, str]) -> None:
     docs = self_managed(helm_env, **{"webhook.mutating.enabled": "false"})
-    (rule,) = only(docs, "ClusterRole")["rules"]
+    (rule,) = only(rbac(docs), "ClusterRole")["rules"]
     assert rule["resources"] == ["validatingwebhookconfigurations"]
     env = env_of(docs)
     assert "TPU_WEBHOOK_CERT_MUTATING_CONFIGURATION" not in env
@@ -122,7 +123,7 @@ def test_the_token_is_mounted_and_the_certificate_is_not(helm_env: dict[str, str
     assert pod["automountServiceAccountToken"] is True
     assert [v["name"] for v in pod["volumes"]] == ["tmp"]
     assert [m["name"] for m in container(docs)["volumeMounts"]] == ["tmp"]
-    default = render(helm_env)
+    default = render(helm_env, sets={"clusterObjects.enabled": "false"})
     assert only(default, "ServiceAccount")["automountServiceAccountToken"] is False
     assert not kinds(default) & RBAC
 

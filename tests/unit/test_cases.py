@@ -18,7 +18,8 @@ from tests.unit import apply, expected, findings, overwritten, workload_of
 from webhook.catalog import load_catalog
 from webhook.catalog.tpu import ACCELERATOR_LABEL, TOPOLOGY_LABEL, SliceShape
 from webhook.policy import decide
-from webhook.policy.context import Exemptions
+from webhook.policy.cluster import ClusterView, view_of
+from webhook.policy.exemptions import Exemptions
 from webhook.policy.rules import BY_CODE
 
 CASES = Path(__file__).resolve().parents[1] / "cases"
@@ -42,7 +43,8 @@ MUTATE = load_cases("mutate")
 
 
 def selector(obj: dict[str, Any]) -> dict[str, Any]:
-    spec = workload_of(obj).sites(obj)[0].spec
+    sites = workload_of(obj).sites(obj)
+    spec = sites[0].spec if sites else None  # a claim kind has no pod template
     labels = spec.get("nodeSelector") if isinstance(spec, dict) else None
     return dict(labels or {})
 
@@ -56,12 +58,20 @@ def options_of(case: dict[str, Any]) -> decide.Options:
     return decide.Options(**given)
 
 
+def cluster_of(case: dict[str, Any]) -> ClusterView:
+    """The case's `cluster`: the objects the cluster holds (ComputeClasses...), and `read`:
+    the kinds read in full (default: those of the objects given)."""
+    dra = CATALOG.dra
+    assert dra is not None
+    return view_of(case.get("cluster", ()), case.get("read", ()), dra.device_classes, dra.driver)
+
+
 @pytest.mark.parametrize("case", VALIDATE, ids=[c["name"] for c in VALIDATE])
 def test_validate_case(case: dict[str, Any]) -> None:
     obj = case["object"]
     sent = copy.deepcopy(obj)
     verdict = decide.validate(
-        obj, workload_of(obj), CATALOG, case.get("oldObject"), options_of(case)
+        obj, workload_of(obj), CATALOG, case.get("oldObject"), options_of(case), cluster_of(case)
     )
     assert findings(verdict.denials) == expected(case["violations"])
     assert findings(verdict.warnings) == expected(case.get("warnings"))
@@ -73,13 +83,15 @@ def test_mutate_case(case: dict[str, Any]) -> None:
     obj = case["object"]
     sent = copy.deepcopy(obj)
     options = options_of(case)
-    verdict = decide.mutate(obj, workload_of(obj), CATALOG, options)
+    verdict = decide.mutate(obj, workload_of(obj), CATALOG, options, cluster_of(case))
     result = apply(obj, verdict.patch)
     assert result == case["mutated"]
     assert findings(verdict.warnings) == expected(case.get("warnings"))
     assert [op["op"] for op in verdict.patch if op["op"] != "add"] == []
     assert overwritten(obj, verdict.patch) == []
-    assert decide.mutate(result, workload_of(result), CATALOG, options).patch == ()
+    assert (
+        decide.mutate(result, workload_of(result), CATALOG, options, cluster_of(case)).patch == ()
+    )
     assert (result == obj) == (verdict.patch == ())
     assert obj == sent
 

@@ -329,3 +329,65 @@ def test_certs_writes_a_ca_and_a_serving_cert_for_the_service_names(
     ca = x509.load_pem_x509_certificate((out_dir / "ca.crt").read_bytes())
     assert serving.issuer == ca.subject
     assert oct((out_dir / "tls.key").stat().st_mode & 0o777) == "0o600"
+
+
+CLASS_POD = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: vllm}
+spec:
+  nodeSelector: {cloud.google.com/compute-class: tpu-v6e-2x2}
+  containers: [{name: server, image: vllm, resources: {limits: {google.com/tpu: 8}}}]
+"""
+COMPUTE_CLASSES = """\
+apiVersion: v1
+kind: List
+items:
+- apiVersion: cloud.google.com/v1
+  kind: ComputeClass
+  metadata: {name: tpu-v6e-2x2}
+  spec:
+    priorities:
+    - tpu: {type: tpu-v6e-slice, count: 4, topology: 2x2}
+"""
+
+
+def test_check_reads_compute_classes_from_a_cluster_export(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / "pod.yaml").write_text(CLASS_POD)
+    (tmp_path / "cluster").mkdir()
+    (tmp_path / "cluster" / "computeclasses.yaml").write_text(COMPUTE_CLASSES)
+    code, out, _ = run(
+        capsys,
+        "check",
+        "-f",
+        str(tmp_path / "pod.yaml"),
+        "--cluster-objects",
+        str(tmp_path / "cluster"),
+    )
+    assert code == 1
+    assert out.splitlines()[0] == "Pod/vllm: denied"
+    assert "compute class tpu-v6e-2x2 priority 1 (tpu-v6e-slice 2x2, 4 chips per node)" in out
+
+
+def test_check_reads_a_compute_class_given_with_the_manifests(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    manifest = COMPUTE_CLASSES.split("items:\n- ", 1)[1].replace("\n  ", "\n") + "---\n" + CLASS_POD
+    (tmp_path / "all.yaml").write_text(manifest)
+    code, out, _ = run(capsys, "check", "-f", str(tmp_path / "all.yaml"), "-o", "json")
+    results = json.loads(out)
+    assert code == 1
+    assert [(r["kind"], r["allowed"]) for r in results] == [("ComputeClass", True), ("Pod", False)]
+    assert {v["code"] for v in results[1]["violations"]} == {"tpu.compute-class-mismatch"}
+
+
+def test_check_without_the_class_warns_that_it_was_not_checked(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / "pod.yaml").write_text(CLASS_POD)
+    code, out, _ = run(capsys, "check", "-f", str(tmp_path / "pod.yaml"), "-o", "json")
+    (result,) = json.loads(out)
+    assert code == 0
+    assert [w["code"] for w in result["warnings"]] == ["tpu.compute-class-unknown"]

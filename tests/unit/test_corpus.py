@@ -7,6 +7,8 @@ admitted owner is stored (tests.corpus.controllers.stored) and its controller's 
 created in turn; a queued Job is then admitted by Kueue (an UPDATE adding the flavor's node labels);
 Pods of LeaderWorkerSets and KubeRay also go through the owner's own Pod webhook, once before
 ours and once after (the order of mutating webhooks is the order of their configurations' names).
+Objects of kinds the webhook configurations do not name are not sent to it (admitted untouched),
+while their controllers' children are.
 """
 
 from __future__ import annotations
@@ -22,22 +24,28 @@ from typing import Any
 import jsonpatch
 import pytest
 from ruamel.yaml import YAML
+from ruamel.yaml.constructor import SafeConstructor
 
 from tests.corpus import controllers as ch
-from webhook.admission.dispatch import Policy, review_request
+from webhook.admission.dispatch import Cluster, Policy, review_request
 from webhook.admission.review import GroupVersionKind, Request
 from webhook.catalog import load_catalog
 from webhook.offline import read_objects
+from webhook.policy.cluster import view_for
+from webhook.registration import registered_kinds
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 MANIFESTS = sorted(CORPUS.glob("*/*.yaml"))
-POLICY = Policy(load_catalog())
-MINIMUM = 40
+CATALOG = load_catalog()
+POLICY = Policy(CATALOG)
+MINIMUM = 90  # 63 before issue 20, 27 added for it
 CATEGORIES = frozenset(
     {
-        "deployment", "job", "jobset", "leaderworkerset", "ray", "trainjob", "pathwaysjob",
-        "multislice", "dynamic-slicing", "sub-slicing", "tpu7x-multi-container", "hostnetwork",
-        "kueue", "v4", "v5e", "v5p", "v6e", "tpu7x",
+        "deployment", "job", "jobset", "leaderworkerset", "ray", "multislice", "dynamic-slicing",
+        "sub-slicing", "tpu7x-multi-container", "hostnetwork", "kueue",
+        "v4", "v5e", "v5p", "v6e", "tpu7x",
+        "compute-class", "autopilot", "dra", "trainjob", "pathwaysjob", "daemonset", "kueue-tas",
+        "chipless",
     }
 )  # fmt: skip
 GENERATIONS = {
@@ -48,13 +56,31 @@ GENERATIONS = {
     "tpu-v6e-slice": "v6e",
     "tpu7x": "tpu7x",
 }
+MACHINE_GENERATIONS = {  # machine-type prefixes (a PathwaysJob's workers[].type)
+    "ct4p-": "v4",
+    "ct5lp-": "v5e",
+    "ct5l-": "v5e",
+    "ct5p-": "v5p",
+    "ct6e-": "v6e",
+    "tpu7x-": "tpu7x",
+}
 SLICE_TOPOLOGY = "cloud.google.com/gke-tpu-slice-topology"
+COMPUTE_CLASS = "cloud.google.com/compute-class"
+TPU_KEYS = (ch.ACCELERATOR, ch.TOPOLOGY)
+TPU_DEVICE_CLASS = "tpu.google.com"  # kubernetes-sigs/dra-driver-google-tpu's DeviceClass
+TAS_ANNOTATIONS = (
+    "kueue.x-k8s.io/podset-required-topology",
+    "kueue.x-k8s.io/podset-preferred-topology",
+    "kueue.x-k8s.io/podset-slice-required-topology",
+    "kueue.x-k8s.io/podset-slice-size",
+)
+SENT = frozenset((k.group, k.kind) for k in registered_kinds())  # what the API server sends us
 WORKER_VARIABLES = ("TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES", "TPU_NAME", "TPU_PROCESS_ADDRESSES")
 SEVERITY = {
     "p": " (one network namespace; the API server warns of a duplicate port definition)",
     "h": " (hostNetwork: the API server rejects a host port used twice)",
 }
-HEADER = re.compile(r"# (Source|Placeholders|Expect|Why|Covers|Kueue-flavor): (.+)")
+HEADER = re.compile(r"# (Source|Placeholders|Expect|Why|Covers|Kueue-flavor|Cluster): (.+)")
 SOURCE = re.compile(r"https://github\.com/[\w.-]+/[\w.-]+/blob/[0-9a-f]{40}/\S+")
 
 
@@ -79,6 +105,28 @@ class Manifest:
         pairs = [p.strip().partition("=") for p in text.split(",") if p.strip()]
         return {k: v for k, _, v in pairs}
 
+    @property
+    def autopilot(self) -> bool:
+        """`# Cluster: autopilot (where from)`: the source runs it on a GKE Autopilot cluster,
+        which the objects themselves cannot say."""
+        return self.header.get("Cluster", "").split(" (")[0] == "autopilot"
+
+    def named(self, kind: str, name: str) -> dict[str, Any] | None:
+        """The manifest's object of that kind and name (a ComputeClass, a runtime, a claim
+        template), as the cluster would hold it next to the workload."""
+        found = [o for o in self.objects if o.get("kind") == kind and ch.name_of(o) == name]
+        return found[0] if found else None
+
+
+class KubectlConstructor(SafeConstructor):
+    """Maps as kubectl's go-yaml builds them: a key given twice keeps its last value (as
+    webhook.manifests reads it too), where ruamel would refuse the file or keep the first."""
+
+    def check_mapping_key(
+        self, node: Any, key_node: Any, mapping: Any, key: Any, value: Any
+    ) -> bool:
+        return True
+
 
 @functools.cache
 def manifest(path: Path) -> Manifest:
@@ -92,7 +140,9 @@ def manifest(path: Path) -> Manifest:
     # kubectl reads trailing blanks after a value (a TAB too, which ruamel refuses): drop them
     # here; whether the CLI reads the file as it is, is test_the_cli_reads_the_manifest's question.
     plain = "\n".join(line.rstrip() for line in text.splitlines())
-    documents = YAML(typ="safe", pure=True).load_all(plain)
+    reader = YAML(typ="safe", pure=True)
+    reader.Constructor = KubectlConstructor
+    documents = reader.load_all(plain)
     objects = tuple(copy.deepcopy(d) for d in documents if isinstance(d, dict))
     return Manifest(path, header, objects)
 
@@ -110,7 +160,7 @@ def pod_templates(obj: Mapping[str, Any]) -> Iterator[tuple[Mapping[str, Any], M
     kind = obj.get("kind")
     if kind == "Pod":
         yield obj.get("metadata") or {}, spec
-    elif kind in ("Job", "Deployment", "StatefulSet", "ReplicaSet"):
+    elif kind in ("Job", "Deployment", "StatefulSet", "ReplicaSet", "DaemonSet"):
         template = spec.get("template") or {}
         yield template.get("metadata") or {}, template.get("spec") or {}
     elif kind == "JobSet":
@@ -146,21 +196,6 @@ def selector(spec: Mapping[str, Any]) -> dict[str, str]:
     return found
 
 
-#: Owners whose Pod templates only their controllers' JobSets hold (a TrainJob's are in its
-#: runtime, a PathwaysJob's are built from a machine type): a manifest covers what those JobSets do.
-JOBSET_OWNERS = {"TrainJob": "trainjob", "PathwaysJob": "pathwaysjob"}
-
-
-def covered_objects(m: Manifest) -> list[Mapping[str, Any]]:
-    """The manifest's objects, and the JobSets their controllers make for JOBSET_OWNERS."""
-    found: list[Mapping[str, Any]] = []
-    for obj in m.objects:
-        found.append(obj)
-        if obj.get("kind") in JOBSET_OWNERS:
-            found += ch.children(ch.stored(obj), cluster=m.objects)
-    return found
-
-
 def derived_covers(m: Manifest) -> set[str]:
     kinds = {
         "Deployment": "deployment",
@@ -171,27 +206,104 @@ def derived_covers(m: Manifest) -> set[str]:
         "RayJob": "ray",
         "RayService": "ray",
         "Pod": "pod",
-        **JOBSET_OWNERS,
+        "DaemonSet": "daemonset",
+        "TrainJob": "trainjob",
+        "PathwaysJob": "pathwaysjob",
     }
-    found: set[str] = set()
-    for obj in covered_objects(m):
+    found: set[str] = {"autopilot"} if m.autopilot else set()
+    for obj in m.objects:
         if obj.get("kind") in kinds:
             found.add(kinds[obj["kind"]])
         if ch.kueue_queued(obj):
             found.add("kueue")
-        for template_meta, spec in pod_templates(obj):
-            if not chips(spec):
+        for template_meta, spec in [*pod_templates(obj), *trainjob_templates(obj, m)]:
+            annotations = template_meta.get("annotations") or {}
+            found |= {"kueue-tas"} if any(a in annotations for a in TAS_ANNOTATIONS) else set()
+            claims = tpu_claims(spec, m)
+            if not chips(spec) and not claims:
+                found |= {"chipless"} if selects_tpu_nodes(spec) else set()
                 continue
             labels = {**selector(spec), **m.flavor}
-            found.add(GENERATIONS.get(labels.get(ch.ACCELERATOR, ""), "unknown-generation"))
+            found |= {"dra"} if claims else set()
+            found |= {"compute-class"} if COMPUTE_CLASS in labels else set()
+            accelerator = labels.get(ch.ACCELERATOR) or compute_class_type(labels, m)
+            if chips(spec) or accelerator:
+                found.add(GENERATIONS.get(accelerator or "", "unknown-generation"))
             found |= {"hostnetwork"} if spec.get("hostNetwork") else set()
             found |= {"tpu7x-multi-container"} if len(chips(spec)) > 1 else set()
-            slice_topology = (template_meta.get("annotations") or {}).get(SLICE_TOPOLOGY)
+            slice_topology = annotations.get(SLICE_TOPOLOGY)
             if slice_topology and ch.TOPOLOGY not in labels:
                 found.add("dynamic-slicing")
             elif slice_topology and labels[ch.TOPOLOGY] != slice_topology:
                 found.add("sub-slicing")
+        found |= pathways_covers(obj)
         found |= {"multislice"} if multislice(obj) else set()
+    return found
+
+
+def selects_tpu_nodes(spec: Mapping[str, Any]) -> bool:
+    """A TPU key in the nodeSelector or in a required node-affinity term, any operator (a
+    DaemonSet's `Exists` too)."""
+    if any(k in (spec.get("nodeSelector") or {}) for k in TPU_KEYS):
+        return True
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    return any(
+        e.get("key") in TPU_KEYS
+        for term in affinity.get("nodeSelectorTerms") or []
+        for e in term.get("matchExpressions") or []
+    )
+
+
+def compute_class_type(labels: Mapping[str, str], m: Manifest) -> str | None:
+    """The TPU type of the first TPU priority of the custom ComputeClass the Pod selects, when
+    the manifest holds it (GKE provisions a node of that priority: no accelerator selector)."""
+    cc = m.named("ComputeClass", labels.get(COMPUTE_CLASS, "")) if COMPUTE_CLASS in labels else None
+    types = [
+        (p.get("tpu") or {}).get("type")
+        for p in ((cc or {}).get("spec") or {}).get("priorities") or []
+    ]
+    return next((t for t in types if t), None)
+
+
+def tpu_claims(spec: Mapping[str, Any], m: Manifest) -> list[str]:
+    """The Pod's DRA claims whose ResourceClaimTemplate (in the manifest) asks the TPU
+    DeviceClass: `devices.requests[].exactly.deviceClassName` (resource.k8s.io/v1) or
+    `devices.requests[].deviceClassName` (v1beta1)."""
+    found = []
+    for claim in spec.get("resourceClaims") or []:
+        template = m.named("ResourceClaimTemplate", claim.get("resourceClaimTemplateName", ""))
+        requests = (((template or {}).get("spec") or {}).get("spec") or {}).get("devices") or {}
+        for request in requests.get("requests") or []:
+            exactly = request.get("exactly") or request
+            if exactly.get("deviceClassName") == TPU_DEVICE_CLASS:
+                found.append(claim["name"])
+    return found
+
+
+def trainjob_templates(
+    obj: Mapping[str, Any], m: Manifest
+) -> Iterator[tuple[Mapping[str, Any], Mapping[str, Any]]]:
+    """A TrainJob's Pod templates as its controller builds them (tests/corpus/controllers/
+    trainer.py: the JobSet from its runtime in the manifest, its runtime patches, numNodes and
+    resourcesPerNode), enough to derive categories."""
+    if obj.get("kind") != "TrainJob":
+        return
+    for jobset in ch.children(ch.stored(obj), cluster=m.objects):
+        yield from pod_templates(jobset)
+
+
+def pathways_covers(obj: Mapping[str, Any]) -> set[str]:
+    """A PathwaysJob's workers: the generation from the machine type, several slices."""
+    if obj.get("kind") != "PathwaysJob":
+        return set()
+    found: set[str] = set()
+    for worker in (obj.get("spec") or {}).get("workers") or []:
+        machine = str(worker.get("type", ""))
+        prefixes = [g for p, g in MACHINE_GENERATIONS.items() if machine.startswith(p)]
+        found.add(prefixes[0] if prefixes else "unknown-generation")
+        found |= {"multislice"} if int(worker.get("numSlices", 1)) > 1 else set()
     return found
 
 
@@ -290,6 +402,7 @@ class Run:
     problems: list[str] = field(default_factory=list)  # patches that break objects
     overridden: list[str] = field(default_factory=list)  # owner's worker variables changed
     steps: int = 0
+    policy: Policy = POLICY  # with the cluster view of the manifest's own ComputeClasses
 
     def codes(self) -> set[str]:
         return {code for _, code, _ in self.denials}
@@ -321,8 +434,10 @@ def decide(
     the final object, as the API server chains them. The final object, or None when denied."""
     run.steps += 1
     sent = before(obj) if before else copy.deepcopy(dict(obj))
+    if ch.group_kind(sent) not in SENT:  # not in our configurations' rules: never sent to us
+        return after(sent) if after else sent
     operation = "CREATE" if old is None else "UPDATE"
-    mutated = review_request(request(sent, operation, old), "mutate", POLICY)
+    mutated = review_request(request(sent, operation, old), "mutate", run.policy)
     try:
         patched = jsonpatch.apply_patch(copy.deepcopy(sent), list(mutated.patch))
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as error:
@@ -332,7 +447,7 @@ def decide(
     unpatched = after(sent) if after else sent
     run.problems += [f"{trail}: {p}" for p in sorted(api_problems(final) - api_problems(unpatched))]
     run.problems += [f"{trail}: {p}" for p in qos_changes(unpatched, final)]
-    verdict = review_request(request(final, operation, old), "validate", POLICY)
+    verdict = review_request(request(final, operation, old), "validate", run.policy)
     run.denials += [(trail, v.code, v.message) for v in verdict.denials]
     return None if verdict.denials else final
 
@@ -432,8 +547,10 @@ def shown(container: Mapping[str, Any], name: str) -> str | None:
 
 @functools.cache
 def run_manifest(path: Path) -> Run:
-    run = Run()
+    """The cluster holds the manifest's ComputeClasses (as `tpu-webhook check` reads a file: the
+    classes it holds are known, any other is unknown)."""
     m = manifest(path)
+    run = Run(policy=Policy(CATALOG, cluster=Cluster(view_for(CATALOG, m.objects))))
     for obj in m.objects:
         create(run, m, obj, obj)
     return run
@@ -606,9 +723,35 @@ def test_kueue_admission_merges_the_flavor_labels_and_unsuspends_the_job() -> No
     assert len(ch.children(ch.stored(admitted))) == 2
 
 
+def test_the_daemonset_controller_replaces_required_node_affinity_with_the_node_name() -> None:
+    daemonset = corpus_object("tpu-network-optimization-daemonset-v6e", "DaemonSet")
+    (pod,) = ch.children(daemonset)
+    spec = pod["spec"]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"] == [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gke-tpu-node-0"]}]}
+    ]
+    assert not selects_tpu_nodes(spec)  # the template's TPU affinity term is gone
+    keys = [(t.get("key"), t.get("effect")) for t in spec["tolerations"]]
+    assert ("node.kubernetes.io/network-unavailable", "NoSchedule") in keys  # hostNetwork
+    assert (None, "NoExecute") in keys  # the template's own, kept
+    assert pod["metadata"]["generateName"] == "tpu-network-optimization-"
+    assert pod["metadata"]["ownerReferences"][0]["kind"] == "DaemonSet"
+
+
+def test_kinds_outside_the_webhook_rules_are_admitted_without_being_sent() -> None:
+    compute_class = corpus_object("vllm-qwen3-32b-deployment-compute-class-v6e-2x2", "ComputeClass")
+    run = Run()
+    assert ("cloud.google.com", "ComputeClass") not in SENT
+    assert (decide(run, "ComputeClass/tpu-v6e-2x2", compute_class), run.denials) == (
+        compute_class,
+        [],
+    )
+
+
 def test_pathwaysjob_makes_a_head_job_and_a_job_of_its_slice_hosts_per_slice() -> None:
     """PATHWAYS internal/controller/pathwaysjob_controller.go, as modelled in controllers/."""
-    pw = corpus_object("pathwaysjob-v4-2x2x2-two-slices", "PathwaysJob")
+    pw = corpus_object("pathwaysjob-v4-2x2x2-two-slices-reservation", "PathwaysJob")
     (jobset,) = ch.children(pw)
     assert jobset["metadata"]["ownerReferences"][0]["kind"] == "PathwaysJob"
     spec = jobset["spec"]
@@ -653,7 +796,7 @@ def test_pathwaysjob_makes_a_head_job_and_a_job_of_its_slice_hosts_per_slice() -
 def test_pathwaysjob_hosts_and_chips_come_from_its_machine_type_and_topology(
     machine_type: str, topology: str, hosts: int, chips: int
 ) -> None:
-    pw = corpus_object("pathwaysjob-v4-2x2x2-two-slices", "PathwaysJob")
+    pw = corpus_object("pathwaysjob-v4-2x2x2-two-slices-reservation", "PathwaysJob")
     pw["spec"]["workers"][0].update(type=machine_type, topology=topology)
     (jobset,) = ch.children(pw)
     job = jobset["spec"]["replicatedJobs"][1]["template"]["spec"]
@@ -668,7 +811,7 @@ def test_pathwaysjob_hosts_and_chips_come_from_its_machine_type_and_topology(
 
 def test_pathwaysjob_whose_topology_its_machine_type_lacks_gets_no_jobset() -> None:
     """The controller validates the topology after the PathwaysJob is stored: status Failed."""
-    pw = corpus_object("pathwaysjob-v4-2x2x2-two-slices", "PathwaysJob")
+    pw = corpus_object("pathwaysjob-v4-2x2x2-two-slices-reservation", "PathwaysJob")
     pw["spec"]["workers"][0]["topology"] = "4x4"  # a v5e/v6e shape on TPU v4
     assert ch.children(pw) == []
 
@@ -676,7 +819,7 @@ def test_pathwaysjob_whose_topology_its_machine_type_lacks_gets_no_jobset() -> N
 def test_trainjob_makes_its_runtimes_jobset_with_its_patch_nodes_chips_and_jax_variables() -> None:
     """TRAINER's TrainJob controller, as modelled in controllers/ (tests/e2e/test_trainer.py
     checks the model against the real controller)."""
-    path = "trainjob-jax-tpu-sdk-runtime-patch-v5e-2x4"
+    path = "trainjob-jax-mnist-compute-class-v5e-2x4"
     trainjob = corpus_object(path, "TrainJob")
     (m,) = [manifest(p) for p in MANIFESTS if p.stem == path]
     (jobset,) = ch.children(trainjob, cluster=m.objects)
@@ -696,27 +839,7 @@ def test_trainjob_makes_its_runtimes_jobset_with_its_patch_nodes_chips_and_jax_v
         "ENABLE_PJRT_COMPATIBILITY",
     ]
     assert ch.env_value(container, "JAX_COORDINATOR_ADDRESS") == (
-        "jax-tpu-dist-node-0-0.jax-tpu-dist:29500"
+        "jax-mnist-node-0-0.jax-mnist:29500"
     )
     # no runtime in the cluster: the controller makes nothing
     assert ch.children(trainjob) == []
-
-
-def test_the_trainer_and_pathways_manifests_hold_the_objects_the_e2e_tests_run() -> None:
-    """One set of objects: the corpus decides what tests/e2e/test_trainer.py runs for real."""
-    data = CORPUS.parent / "e2e" / "data"
-    pairs = {
-        "trainjob-jax-tpu-sdk-runtime-patch-v5e-2x4": [
-            "trainer-runtime-jax-distributed.yaml",
-            "trainer-trainjob-jax-tpu-sdk.yaml",
-        ],
-        "trainjob-jax-mnist-on-runtime-v5e-2x4": [
-            "trainer-runtime-jax-tpu-v5-8.yaml",
-            "trainer-trainjob-jax-tpu-v5-8.yaml",
-        ],
-        "pathwaysjob-v4-2x2x2-two-slices": ["pathwaysjob-v4-2x2x2.yaml"],
-    }
-    for stem, files in pairs.items():
-        (path,) = [p for p in MANIFESTS if p.stem == stem]
-        e2e = [o for f in files for o in manifest(data / f).objects]  # read the same way
-        assert list(manifest(path).objects) == e2e, stem

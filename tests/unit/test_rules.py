@@ -18,6 +18,7 @@ from tests.unit.test_messages import chips, pod, v4_job
 from webhook import cli
 from webhook.catalog import load_catalog
 from webhook.policy import decide
+from webhook.policy.cluster import EMPTY, view_of
 from webhook.policy.rules import BY_CODE, RULES, rules_table
 
 CATALOG = load_catalog()
@@ -123,6 +124,68 @@ def _leader_elsewhere() -> dict[str, Any]:
     }
 
 
+def _class_pod(name: str, count: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "vllm"},
+        "spec": {
+            "nodeSelector": {"cloud.google.com/compute-class": name},
+            "containers": [{"name": "server", "image": "vllm", "resources": chips(count)}],
+        },
+    }
+
+
+def _compute_class(name: str, accelerator: str, count: int, topology: str) -> dict[str, Any]:
+    tpu = {"type": accelerator, "count": count, "topology": topology}
+    return {
+        "apiVersion": "cloud.google.com/v1",
+        "kind": "ComputeClass",
+        "metadata": {"name": name},
+        "spec": {"priorities": [{"tpu": tpu}]},
+    }
+
+
+def _claim_template(expression: str) -> dict[str, Any]:
+    request = {
+        "deviceClassName": "tpu.google.com",
+        "allocationMode": "All",
+        "selectors": [{"cel": {"expression": expression}}],
+    }
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "tpus", "namespace": "default"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "tpus", "exactly": request}]}}},
+    }
+
+
+def _kueue_slices() -> dict[str, Any]:
+    """kueue#15277's Job: 5 Pods in Kueue slices of 2."""
+    obj = v4_job(parallelism=5)
+    obj["spec"]["template"]["metadata"] = {
+        "annotations": {
+            "kueue.x-k8s.io/podset-slice-required-topology": "cloud.google.com/gke-tpu-slice-2x4-id",
+            "kueue.x-k8s.io/podset-slice-size": "2",
+        }
+    }
+    return obj
+
+
+def _claim_pod() -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "tpu-test", "namespace": "default"},
+        "spec": {
+            "resourceClaims": [{"name": "tpus", "resourceClaimTemplateName": "tpus"}],
+            "containers": [
+                {"name": "main", "image": "jax", "resources": {"claims": [{"name": "tpus"}]}}
+            ],
+        },
+    }
+
+
 def _many_containers() -> dict[str, Any]:
     obj = pod("tpu-v5-lite-podslice", "2x4", **chips(8))
     sidecar = {"name": "sidecar", "image": "busybox"}
@@ -162,14 +225,34 @@ INPUTS: dict[str, Any] = {
     "tpu.slice-shape-mismatch": _leader_elsewhere,
     "tpu.multislice-env-conflict": _megascale,
     "tpu.checked-partly": _many_containers,
+    "tpu.compute-class-mismatch": lambda: (
+        _class_pod("tpu-v6e-2x2", 8),
+        view_of([_compute_class("tpu-v6e-2x2", "tpu-v6e-slice", 4, "2x2")]),
+    ),
+    "tpu.compute-class-unknown": lambda: _class_pod("tpu-v5e-2x4", 8),
+    "tpu.claim-invalid": lambda: _claim_template(
+        'device.attributes["tpu.google.com"].tpuGenn == "v6e"'
+    ),
+    "tpu.kueue-slices": _kueue_slices,
+    "tpu.toleration-missing": lambda: (
+        _claim_pod(),
+        view_of(
+            [_claim_template('device.attributes["tpu.google.com"].accelerator == "tpu-v6e-slice"')],
+            dra_classes=["tpu.google.com"],
+            dra_driver="tpu.google.com",
+        ),
+    ),
 }
 
 
-def all_messages(obj: dict[str, Any]) -> dict[str, list[str]]:
-    """Every message `kubectl create` would print for `obj`, by code: mutate, then validate."""
+def all_messages(given: Any) -> dict[str, list[str]]:
+    """Every message `kubectl create` would print for an object (or an (object, cluster view)
+    pair), by code: mutate, then validate."""
+    obj, cluster = given if isinstance(given, tuple) else (given, EMPTY)
     workload = workload_of(obj)
     mutated = decide.mutate(obj, workload, CATALOG, decide.Options())
-    verdict = decide.validate(apply(obj, mutated.patch), workload, CATALOG)
+    stored = apply(obj, mutated.patch)
+    verdict = decide.validate(stored, workload, CATALOG, None, decide.Options(), cluster)
     found: dict[str, list[str]] = {}
     for v in (*mutated.warnings, *verdict.denials, *verdict.warnings):
         found.setdefault(v.code, []).append(v.message)

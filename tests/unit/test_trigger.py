@@ -32,7 +32,10 @@ OTHER_RESOURCES = ["cpu", "nvidia.com/gpu", "google.com/tp", "tpu"]
 
 
 def review_body(obj: Any) -> bytes:
-    request = {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "object": obj}
+    """A review of `obj` as the API server sends it (its kind in the request)."""
+    group, _, version = str(obj.get("apiVersion", "v1")).rpartition("/")
+    kind = {"group": group, "version": version, "kind": obj.get("kind", "Pod")}
+    request = {"uid": "u", "kind": kind, "object": obj}
     return orjson.dumps(
         {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
     )

@@ -9,9 +9,20 @@ from typing import Any
 from webhook.admission.review import Request
 from webhook.catalog.tpu import Catalog
 from webhook.policy import decide
-from webhook.policy.context import NO_EXEMPTIONS
+from webhook.policy.cluster import EMPTY, ClusterView
 from webhook.policy.decide import ALLOW, Options, Verdict
+from webhook.policy.exemptions import NO_EXEMPTIONS
 from webhook.policy.workloads import workload_for
+
+
+class Cluster:
+    """The cluster view decisions read: one snapshot, replaced whole (never changed in place)
+    by whoever reads the cluster (webhook/cluster/), so a decision never sees half of one."""
+
+    __slots__ = ("view",)
+
+    def __init__(self, view: ClusterView = EMPTY) -> None:
+        self.view = view
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +33,7 @@ class Policy:
     options: Options = field(default_factory=Options)
     # Namespaces whose objects may use the opt-outs (`options.exemptions`); None: every one.
     exemption_namespaces: frozenset[str] | None = None
+    cluster: Cluster = field(default_factory=Cluster)
     # `options` without any opt-out: for objects of the other namespaces.
     _strict: Options = field(init=False, repr=False, compare=False)
 
@@ -49,8 +61,8 @@ def review_request(request: Request, endpoint: str, policy: Policy) -> Verdict:
     if endpoint == "mutate":
         if request.operation != "CREATE":
             return ALLOW  # pod templates of Jobs and Pods' specs are immutable after create
-        return decide.mutate(obj, workload, policy.catalog, options)
+        return decide.mutate(obj, workload, policy.catalog, options, policy.cluster.view)
     old: Mapping[str, Any] | None = None
     if request.operation == "UPDATE" and isinstance(request.old_object, dict):
         old = request.old_object
-    return decide.validate(obj, workload, policy.catalog, old, options)
+    return decide.validate(obj, workload, policy.catalog, old, options, policy.cluster.view)

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from webhook.admission.trigger import may_be_tpu
+from webhook.admission.trigger import WHOLE_KINDS, may_be_tpu
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 
@@ -87,11 +87,15 @@ _envelope = msgspec.json.Decoder(_Envelope)
 
 def parse_review_prefiltered(body: bytes) -> tuple[str, Request, bool]:
     """(apiVersion, request, may_be_tpu): parse_review, except that a body with no TPU marker
-    has its object left undecoded (`request.object` is then not the object: allow it)."""
+    has its object left undecoded (`request.object` is then not the object: allow it), unless
+    its kind is one decided whole (TrainJob, PathwaysJob, the DRA claims)."""
     if may_be_tpu(body):
         return (*parse_review(body), True)
     try:
         review = _envelope.decode(body)
     except (msgspec.DecodeError, RecursionError):
         return (*parse_review(body), True)  # the full parser words the error
-    return (*_checked(review), False)
+    api_version, request = _checked(review)
+    if request.kind.kind in WHOLE_KINDS:
+        return (*parse_review(body), True)
+    return api_version, request, False

@@ -17,6 +17,7 @@ from ruamel.yaml.error import YAMLError
 from webhook.catalog.quantity import QuantityError, parse_quantity
 from webhook.catalog.tpu import (
     Catalog,
+    DraDriver,
     MachineType,
     Port,
     build_accelerator,
@@ -83,6 +84,7 @@ class _Accelerator(_Model):
     multiple_tpu_containers: bool = Field(default=False, alias="multipleTpuContainers")
     aliases: tuple[str, ...] = ()
     dynamic_slicing: bool = Field(default=False, alias="dynamicSlicing")
+    dra_generation: str | None = Field(default=None, alias="draGeneration", min_length=1)
 
     @model_validator(mode="after")
     def _topologies_fit(self) -> _Accelerator:
@@ -109,6 +111,12 @@ class _Accelerator(_Model):
         return self
 
 
+class _Dra(_Model):
+    driver: str = Field(min_length=1)
+    device_classes: tuple[str, ...] = Field(alias="deviceClasses", min_length=1)
+    attributes: tuple[str, ...] = Field(min_length=1)
+
+
 class _CatalogFile(_Model):
     version: int = Field(ge=1, le=1)
     # An operator's file that is the whole catalog rather than an extension of the packaged one.
@@ -118,6 +126,7 @@ class _CatalogFile(_Model):
         default=None, alias="unverifiedAccelerators"
     )
     accelerators: tuple[_Accelerator, ...] = ()
+    dra: _Dra | None = None
 
 
 def load_catalog(extra: Path | None = None) -> Catalog:
@@ -183,6 +192,7 @@ def _merge(base: _CatalogFile, extra: _CatalogFile) -> _CatalogFile:
             else base.unverified_accelerators
         ),
         accelerators=tuple(accelerators.values()),
+        dra=extra.dra if extra.dra is not None else base.dra,
     )
 
 
@@ -212,11 +222,17 @@ def _build(data: _CatalogFile) -> Catalog:
             multiple_tpu_containers=a.multiple_tpu_containers,
             aliases=a.aliases,
             dynamic_slicing=a.dynamic_slicing,
+            dra_generation=a.dra_generation,
         )
         for a in data.accelerators
     ]
     ports = [Port(p.name, p.container_port) for p in data.ports or ()]
-    return build_catalog(accelerators, ports, data.unverified_accelerators or ())
+    dra = (
+        DraDriver(data.dra.driver, frozenset(data.dra.device_classes), data.dra.attributes)
+        if data.dra is not None
+        else None
+    )
+    return build_catalog(accelerators, ports, data.unverified_accelerators or (), dra)
 
 
 def _product(topology: str) -> int:

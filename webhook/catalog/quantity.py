@@ -151,11 +151,13 @@ def parse_quantity(value: object) -> Decimal:
         if size < -MIN_EXPONENT:
             raise QuantityError(f"quantity too small: {_short(value)}")
         amount = _CONTEXT.plus(number.scaleb(shift, _WIDE)) if number else number
-    elif number and number.adjusted() > MAX_EXPONENT:
-        raise QuantityOutOfRange(f"quantity out of range: {_short(value)}")
-    elif number and number.adjusted() < -MIN_EXPONENT:
-        return Decimal(1).copy_sign(number).scaleb(-MIN_EXPONENT)  # tiny, but not zero
     else:
+        # sized with the suffix's power of ten; the exact range check follows the multiply
+        size = number.adjusted() + _SUFFIXES[suffix].adjusted() if number else 0
+        if size > MAX_EXPONENT + 1:
+            raise QuantityOutOfRange(f"quantity out of range: {_short(value)}")
+        if size < -MIN_EXPONENT:
+            return Decimal(1).copy_sign(number).scaleb(-MIN_EXPONENT)  # tiny, but not zero
         amount = _CONTEXT.multiply(number, _SUFFIXES[suffix])
     if amount and amount.copy_abs().adjusted() > MAX_EXPONENT:
         raise QuantityOutOfRange(f"quantity out of range: {_short(value)}")

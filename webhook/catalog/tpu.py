@@ -16,9 +16,16 @@ TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
 # The workload's own slice, on the Pod (template) metadata: GKE dynamic slicing and sub-slicing.
 # It wins over the topology selector, which then names the node pool's slice.
 SLICE_TOPOLOGY_ANNOTATION = "cloud.google.com/gke-tpu-slice-topology"
+# A GKE custom ComputeClass selected by a Pod: its priorities say which TPU nodes GKE makes.
+COMPUTE_CLASS_LABEL = "cloud.google.com/compute-class"
 # GKE's escape hatch from its own TPU admission check, honoured for ours too.
 SKIP_CHECK_ANNOTATION = "cloud.google.com/skip-tpu-webhook-check"
 TPU_RESOURCE = "google.com/tpu"
+# GKE taints TPU nodes google.com/tpu=present:NoSchedule; a Pod that requests google.com/tpu gets
+# the toleration from the API server (ExtendedResourceToleration), one that claims TPUs through
+# DRA must carry it itself.
+TPU_TAINT_KEY = "google.com/tpu"
+TPU_TAINT_VALUE = "present"
 TPU_WORKER_ID = "TPU_WORKER_ID"
 TPU_WORKER_HOSTNAMES = "TPU_WORKER_HOSTNAMES"
 JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
@@ -27,6 +34,9 @@ LEGACY_JOB_NAME_LABEL = "job-name"
 POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 # Kueue: a queued workload gets its ResourceFlavor's node labels when Kueue admits it.
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+# Kueue Topology-Aware Scheduling on a pod template: each slice of this many Pods goes in one
+# domain of the slice-required topology level (kubernetes-sigs/kueue apis/.../topology_types.go).
+KUEUE_SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
 # The project's own opt-out, on an object (or its namespace): the webhook leaves it alone.
 OPT_OUT_LABEL = "tpu-webhook.io/ignore"
 HOST_NETWORK_DNS_POLICY = "ClusterFirstWithHostNet"
@@ -95,6 +105,7 @@ class Accelerator:
     # The slice may be given by the slice-topology annotation alone (GKE dynamic slicing).
     dynamic_slicing: bool = False
     chips_per_host: Mapping[str, tuple[int, ...]] = field(repr=False, default_factory=dict)
+    dra_generation: str | None = None  # the DRA driver's `tpuGen` for its chips
 
     @property
     def example_topology(self) -> str:
@@ -154,12 +165,23 @@ def topology_dimensions(topology: str) -> tuple[int, ...] | None:
 
 
 @dataclass(frozen=True, slots=True)
+class DraDriver:
+    """GKE's TPU DRA driver: its name, the DeviceClasses that select it, the device attributes
+    its ResourceSlices publish."""
+
+    driver: str
+    device_classes: frozenset[str]
+    attributes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Catalog:
     accelerators: Mapping[str, Accelerator]
     ports: tuple[Port, ...]
     unverified: frozenset[str]
     _near_misses: Mapping[str, str] = field(repr=False)  # squeezed alias or machine type -> label
     _spellings: tuple[tuple[str, str], ...] = field(repr=False, default=())  # (lowercase, label)
+    dra: DraDriver | None = None
 
     def accelerator(self, name: str) -> Accelerator | None:
         return self.accelerators.get(name)
@@ -191,7 +213,15 @@ class Catalog:
         return None
 
     def is_machine_type(self, value: str) -> bool:
-        return any(m.name == value for a in self.accelerators.values() for m in a.machine_types)
+        return self.machine(value) is not None
+
+    def machine(self, name: str) -> tuple[Accelerator, MachineType] | None:
+        """The accelerator a machine type (`ct6e-standard-4t`) belongs to, and the machine."""
+        for accelerator in self.accelerators.values():
+            for machine in accelerator.machine_types:
+                if machine.name == name:
+                    return accelerator, machine
+        return None
 
     def names(self) -> str:
         return ", ".join(self.accelerators)
@@ -210,6 +240,7 @@ def build_accelerator(
     multiple_tpu_containers: bool = False,
     aliases: Iterable[str] = (),
     dynamic_slicing: bool = False,
+    dra_generation: str | None = None,
 ) -> Accelerator:
     """Index every (topology, chips per host) this accelerator can run."""
     machines = tuple(machine_types)
@@ -248,11 +279,15 @@ def build_accelerator(
             topology: tuple(sorted({s.chips_per_host for s in options}))
             for topology, options in shapes.items()
         },
+        dra_generation=dra_generation,
     )
 
 
 def build_catalog(
-    accelerators: Iterable[Accelerator], ports: Iterable[Port], unverified: Iterable[str] = ()
+    accelerators: Iterable[Accelerator],
+    ports: Iterable[Port],
+    unverified: Iterable[str] = (),
+    dra: DraDriver | None = None,
 ) -> Catalog:
     table = {a.name: a for a in accelerators}
     near: dict[str, str] = {}
@@ -261,7 +296,7 @@ def build_catalog(
         for other in (*a.aliases, *(m.name for m in a.machine_types), a.name):
             near[_squeezed(other)] = a.name
         spellings += [(name.lower(), a.name) for name in (a.name, *a.aliases)]
-    return Catalog(table, tuple(ports), frozenset(unverified), near, tuple(spellings))
+    return Catalog(table, tuple(ports), frozenset(unverified), near, tuple(spellings), dra)
 
 
 def _chips(topology: str) -> int:

@@ -21,6 +21,8 @@ MAX_CONTAINERS = 128
 # Env entries of one container read for the worker and multislice variables; a container with
 # more gets none added (a later entry of the same name would win over ours).
 MAX_ENV = 1024
+# Words of one container's command or args read for a flag (a Pathways worker's).
+MAX_ARGS = 1024
 # Ports of one pod spec read for the TPU ports; with more, none are added.
 MAX_PORTS = 1024
 # Required node-affinity terms, and expressions per term, read for the TPU labels; beyond them

@@ -3,13 +3,17 @@ whether Kueue queues it or it is suspended, and whether it opted out of the webh
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from webhook.catalog.tpu import OPT_OUT_LABEL, QUEUE_NAME_LABEL, SKIP_CHECK_ANNOTATION
 from webhook.policy.bounds import MAX_OWNER_REFERENCES
-from webhook.policy.workloads import owner_role
+from webhook.policy.exemptions import EXEMPTIONS, Exemptions
+
+# What a controlling owner of (group, kind) means for its child: "known", "unknown" or None
+# (no owner at all): policy/workloads.owner_role, passed in (the table imports this module).
+OwnerRole = Callable[[str, str], str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,25 +31,14 @@ class Owner:
         return f'{self.kind} "{self.name}"'
 
 
-@dataclass(frozen=True, slots=True)
-class Exemptions:
-    """Which of the two opt-outs a user may write on an object, as the admin decides
-    (chart `webhook.exemptions`): the project's label, GKE's skip annotation."""
-
-    opt_out_label: bool = True  # tpu-webhook.io/ignore: "true": neither checked nor patched
-    skip_annotation: bool = True  # cloud.google.com/skip-tpu-webhook-check: "true": not checked
-
-
-EXEMPTIONS = Exemptions()  # both, as GKE's own check honours its annotation
-NO_EXEMPTIONS = Exemptions(opt_out_label=False, skip_annotation=False)
-
-
 class Context:
     """Read once per TPU object (a plain class: a frozen dataclass pays a setattr per field)."""
 
     __slots__ = ("opted_out", "owner", "queue", "skip_checks", "suspended")
 
-    def __init__(self, obj: Mapping[str, Any], exemptions: Exemptions = EXEMPTIONS) -> None:
+    def __init__(
+        self, obj: Mapping[str, Any], role: OwnerRole, exemptions: Exemptions = EXEMPTIONS
+    ) -> None:
         metadata = obj.get("metadata")
         if not isinstance(metadata, dict):
             metadata = {}
@@ -54,7 +47,7 @@ class Context:
         queue = labels.get(QUEUE_NAME_LABEL) or annotations.get(QUEUE_NAME_LABEL)
         spec = obj.get("spec")
         # the controlling owner (ownerReferences, controller: true), when it makes workloads
-        self.owner: Owner | None = controlling_owner(metadata)
+        self.owner: Owner | None = controlling_owner(metadata, role)
         # the Kueue queue it waits in
         self.queue: str | None = queue if isinstance(queue, str) and queue else None
         # spec.suspend, or a Pod held by scheduling gates
@@ -91,11 +84,13 @@ class Context:
         return None
 
 
-def read_context(obj: Mapping[str, Any], exemptions: Exemptions = EXEMPTIONS) -> Context:
-    return Context(obj, exemptions)
+def read_context(
+    obj: Mapping[str, Any], role: OwnerRole, exemptions: Exemptions = EXEMPTIONS
+) -> Context:
+    return Context(obj, role, exemptions)
 
 
-def controlling_owner(metadata: Mapping[str, Any]) -> Owner | None:
+def controlling_owner(metadata: Mapping[str, Any], role: OwnerRole) -> Owner | None:
     """The controlling owner when it makes workloads: a kind of the workload table (known), or a
     custom kind the table does not know. An owner of a built-in kind that makes no workloads
     (a ConfigMap, a Service) is no owner: anyone may write such a reference."""
@@ -108,10 +103,10 @@ def controlling_owner(metadata: Mapping[str, Any]) -> Owner | None:
             if not isinstance(api_version, str) or not isinstance(kind, str):
                 return None
             group = api_version.rpartition("/")[0]
-            role = owner_role(group, kind)
-            if role is None:
+            made_by = role(group, kind)
+            if made_by is None:
                 return None
-            return Owner(group, kind, name if isinstance(name, str) else "", role == "known")
+            return Owner(group, kind, name if isinstance(name, str) else "", made_by == "known")
     return None
 
 

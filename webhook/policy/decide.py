@@ -7,15 +7,10 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from webhook.catalog.tpu import TPU_RESOURCE, Catalog, SliceShape
-from webhook.policy import partial, slice_rules, spec_rules
-from webhook.policy.context import (
-    EXEMPTIONS,
-    Context,
-    Exemptions,
-    opted_out,
-    read_context,
-    skips_checks,
-)
+from webhook.policy import claims, compute_classes, partial, slice_rules, spec_rules
+from webhook.policy.cluster import EMPTY, ClusterView
+from webhook.policy.context import Context, opted_out, read_context, skips_checks
+from webhook.policy.exemptions import EXEMPTIONS, Exemptions
 from webhook.policy.mutate import (
     PatchOp,
     add_missing_env,
@@ -23,10 +18,10 @@ from webhook.policy.mutate import (
     copy_missing_limits,
     worker_env,
 )
-from webhook.policy.owners import jobset, leaderworkerset
 from webhook.policy.podspec import TpuSpec, read_tpu_spec, slice_shape
+from webhook.policy.templates import Site, dig
 from webhook.policy.violations import Violation
-from webhook.policy.workloads import Site, Workload, dig
+from webhook.policy.workloads import Workload, owner_role, workload_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,10 +85,50 @@ def tpu_sites(obj: Mapping[str, Any], workload: Workload) -> list[tuple[Site, Tp
     return found
 
 
+def claims_maybe(sites: list[tuple[Site, TpuSpec]]) -> bool:
+    """Whether a site may use a TPU claim: it asks no chips and names resource claims."""
+    for _, tpu in sites:  # noqa: SIM110 - any() over a generator builds a frame
+        if not tpu.chips and tpu.spec.get("resourceClaims"):
+            return True
+    return False
+
+
+def with_claims(
+    obj: Mapping[str, Any],
+    sites: list[tuple[Site, TpuSpec]],
+    catalog: Catalog,
+    cluster: ClusterView,
+) -> list[tuple[Site, TpuSpec]]:
+    """The sites, those that use a TPU claim (DRA) read as TPU specs of its shape; sites that
+    neither ask chips nor select TPU nodes nor use one are dropped."""
+    driver = catalog.dra.driver if catalog.dra else ""
+    metadata = obj.get("metadata")
+    namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
+    namespace = namespace if isinstance(namespace, str) and namespace else "default"
+    kept = []
+    for site, tpu in sites:
+        if not tpu.chips and tpu.spec.get("resourceClaims"):
+            for used, kind, name in claims.pod_claims(tpu.spec):
+                claim = cluster.claim(kind, namespace, name)
+                shape = claims.shape_of(claim, driver, catalog) if claim else None
+                if shape is not None:
+                    tpu = claims.with_claim(tpu, used, shape, catalog)
+                    break
+        if tpu.chips or tpu.accelerator_value is not None or tpu.topology_value is not None:
+            kept.append((site, tpu))  # TPU by its selectors, chips, or a TPU claim
+    return kept
+
+
 def mutate(
-    obj: Mapping[str, Any], workload: Workload, catalog: Catalog, options: Options
+    obj: Mapping[str, Any],
+    workload: Workload,
+    catalog: Catalog,
+    options: Options,
+    cluster: ClusterView = EMPTY,
 ) -> Verdict:
     sites = tpu_sites(obj, workload)
+    if sites and claims_maybe(sites):
+        sites = with_claims(obj, sites, catalog, cluster)
     if not sites:
         return ALLOW
     if opted_out(obj, options.exemptions):
@@ -104,14 +139,26 @@ def mutate(
     for site, tpu in sites:
         ops += copy_missing_limits(tpu, options.copy_resources)
         ops += add_missing_ports(tpu, catalog.ports)
-        if options.inject_megascale and workload.kind == "JobSet" and tpu.chips:
-            ops += add_missing_env(tpu, jobset.megascale_env(obj, site))
+        if options.inject_megascale and workload.megascale is not None and tpu.chips:
+            ops += add_missing_env(tpu, workload.megascale(obj, site))
         if not options.inject_worker_env or len(tpu.app_chips) != 1:
             continue  # several TPU containers per host: projects number them differently
-        shape = slice_shape(tpu, catalog)
+        shape = (
+            compute_classes.shape(tpu, cluster, catalog)
+            if compute_classes.needs_class(tpu)
+            else slice_shape(tpu, catalog)
+        )
         if shape is not None and shape.multi_host:
-            context = context or read_context(obj, options.exemptions)
-            env, extra_ops, found = worker_env(obj, site, tpu, shape, context)
+            context = context or read_context(obj, owner_role, options.exemptions)
+            if site.template.hosts is not None:
+                env, extra_ops, found = worker_env(obj, site, tpu, shape, context)
+            else:  # a Pod: numbered as its owner's Pods are, if the owner's entry says how
+                owner = (
+                    workload_for(context.owner.group, context.owner.kind) if context.owner else None
+                )
+                if owner is None or owner.child_pod_env is None:
+                    continue
+                env, extra_ops, found = owner.child_pod_env(obj, tpu, shape)
             ops += extra_ops + add_missing_env(tpu, env)
             warnings += found
     return Verdict(warnings=tuple(warnings), patch=tuple(ops))
@@ -123,6 +170,7 @@ def validate(
     catalog: Catalog,
     old: Mapping[str, Any] | None = None,
     options: Options = DEFAULT_OPTIONS,
+    cluster: ClusterView = EMPTY,
 ) -> Verdict:
     """Every violation; on UPDATE (`old` given) only those the update introduces deny.
 
@@ -132,15 +180,17 @@ def validate(
     its opt-outs): an UPDATE that only changes who owns an object is no new violation."""
     if old is not None and obj.get("spec") == old.get("spec"):
         return ALLOW
-    context = read_context(obj, options.exemptions)
-    found = violations(obj, workload, catalog, context, options.exemptions)
+    if workload.claim:
+        return check_claim(obj, catalog, cluster, options.exemptions)
+    context = read_context(obj, owner_role, options.exemptions)
+    found = violations(obj, workload, catalog, context, options.exemptions, cluster)
     if not found:
         return ALLOW
     if old is not None:
-        as_now = read_context(old, options.exemptions).owned_as(context)
+        as_now = read_context(old, owner_role, options.exemptions).owned_as(context)
         before = {
             (v.code, str(v.field))
-            for v in violations(old, workload, catalog, as_now, options.exemptions)
+            for v in violations(old, workload, catalog, as_now, options.exemptions, cluster)
         }
         found = [v for v in found if v.advisory or (v.code, str(v.field)) not in before]
     denials: list[Violation] = []
@@ -150,33 +200,75 @@ def validate(
     return Verdict(denials=tuple(denials), warnings=tuple(warnings))
 
 
+def check_claim(
+    obj: Mapping[str, Any], catalog: Catalog, cluster: ClusterView, exemptions: Exemptions
+) -> Verdict:
+    """A DRA claim or claim template for TPUs: what GKE's TPU driver could never allocate."""
+    dra = catalog.dra
+    if dra is None or opted_out(obj, exemptions):
+        return ALLOW
+    claim = claims.claim_of(obj, dra.device_classes | cluster.tpu_device_classes)
+    if claim is None or not claim.requests:
+        return ALLOW
+    found = claims.check(claim, dra.driver, dra.attributes, catalog)
+    return Verdict(
+        denials=tuple(v for v in found if not v.advisory),
+        warnings=tuple(v for v in found if v.advisory),
+    )
+
+
 def violations(
     obj: Mapping[str, Any],
     workload: Workload,
     catalog: Catalog,
     context: Context | None = None,
     exemptions: Exemptions = EXEMPTIONS,
+    cluster: ClusterView = EMPTY,
 ) -> list[Violation]:
     sites = tpu_sites(obj, workload)
-    if not sites:
-        return []
+    if sites and claims_maybe(sites):
+        sites = with_claims(obj, sites, catalog, cluster)
+    if not sites and (workload.templates or workload.check is None):
+        return []  # an owner without pod templates (TrainJob, PathwaysJob) is read by its check
     if context is None:
-        context = read_context(obj, exemptions)
+        context = read_context(obj, owner_role, exemptions)
     if context.opted_out or context.skip_checks:
         return []
     found: list[Violation] = partial.check_templates_read(obj, workload)
+
+    def of(shaped: list[tuple[Site, TpuSpec]]) -> list[Violation]:
+        return findings(obj, workload, shaped, catalog, context, exemptions, cluster)
+
+    if any(compute_classes.needs_class(tpu) for _, tpu in sites):
+        return found + compute_classes.check(sites, cluster, catalog, of)
+    return found + of(sites)
+
+
+def findings(
+    obj: Mapping[str, Any],
+    workload: Workload,
+    sites: list[tuple[Site, TpuSpec]],
+    catalog: Catalog,
+    context: Context,
+    exemptions: Exemptions,
+    cluster: ClusterView = EMPTY,
+) -> list[Violation]:
+    """Every finding on the object's TPU pod templates `sites`, and on the object as a whole."""
+    found: list[Violation] = []
     as_written: list[Violation] = []  # what belongs to the object a user wrote
     for site, tpu in sites:
         if skips_checks(tpu.annotations, exemptions):
             continue
         found += partial.check_pod_spec_read(tpu)
+        if not tpu.chips:  # a Pod on TPU nodes that uses no chips: no host of a slice
+            found += [chipless(v) for v in check_pod_spec(tpu, catalog, context.deferred)]
+            continue
         found += check_pod_spec(tpu, catalog, context.deferred)
+        found += claims.check_toleration(tpu)
         shape = slice_shape(tpu, catalog)
         if shape is None:
             continue
         found += spec_rules.check_node_capacity(tpu, shape)
-        if not tpu.chips:
-            continue  # a Pod without chips is no host of the slice
         if shape.multi_host:
             if context.child:
                 found += slice_rules.check_worker_env(tpu, shape, advisory=True)
@@ -184,11 +276,17 @@ def violations(
                 as_written += check_slice(obj, workload.kind, site, tpu, shape)
         elif not context.child and site.template.hosts and site.template.hosts.counts_single_host:
             as_written += slice_rules.check_host_counts(obj, site, shape)
-    if not context.child:
-        as_written += check_owner(obj, workload.kind, sites, catalog, exemptions)
+    if not context.child and workload.check is not None:
+        as_written += workload.check(obj, sites, catalog, exemptions, cluster)
     if context.owner is not None and as_written:  # a custom owner the table does not know
         as_written = [unknown_owner(v, context.owner.describe()) for v in as_written]
     return found + as_written
+
+
+def chipless(found: Violation) -> Violation:
+    """A finding on a Pod that selects TPU nodes but requests no chips (a network or monitoring
+    agent, GKE's own TPU DaemonSets): GKE runs such Pods, so it is said, never refused."""
+    return found if found.advisory else found._replace(advisory=True)
 
 
 def unknown_owner(found: Violation, owner: str) -> Violation:
@@ -205,28 +303,6 @@ def unknown_owner(found: Violation, owner: str) -> Violation:
         found.value,
         advisory=True,
     )
-
-
-def check_owner(
-    obj: Mapping[str, Any],
-    kind: str,
-    sites: list[tuple[Site, TpuSpec]],
-    catalog: Catalog,
-    exemptions: Exemptions = EXEMPTIONS,
-) -> list[Violation]:
-    """What belongs to an owner kind as a whole (its own field paths, its own numbering)."""
-    found: list[Violation] = []
-    if kind == "LeaderWorkerSet":
-        found += leaderworkerset.check(obj, sites, catalog)
-    elif kind == "JobSet":
-        for site, tpu in sites:
-            if not tpu.chips or skips_checks(tpu.annotations, exemptions):
-                continue
-            found += jobset.check_multislice(obj, site, tpu)
-            shape = slice_shape(tpu, catalog)
-            if shape is not None and shape.multi_host:
-                found += jobset.check_slice(obj, site, tpu, shape)
-    return found
 
 
 def check_pod_spec(tpu: TpuSpec, catalog: Catalog, deferred: str | None) -> list[Violation]:
@@ -252,6 +328,7 @@ def check_slice(
         *slice_rules.check_host_counts(obj, site, shape),
         *slice_rules.check_worker_env(tpu, shape),
         *slice_rules.check_hostname_length(obj, site, shape),
-        *slice_rules.check_retries(obj, site, shape),
+        *slice_rules.check_retries(obj, site, tpu, shape),
         *slice_rules.check_host_network_dns(tpu, shape),
+        *slice_rules.check_kueue_slices(obj, site, tpu, shape),
     ]

@@ -24,13 +24,11 @@ from webhook.catalog.tpu import (
 from webhook.policy.bounds import MAX_ENV, MAX_PORTS
 from webhook.policy.context import Context
 from webhook.policy.podspec import Container, TpuSpec, quantity
+from webhook.policy.templates import EnvVar, Site, dig
 from webhook.policy.violations import ErrorType, Violation
-from webhook.policy.workloads import Site, dig
 
 PatchOp = dict[str, Any]
 NAME_PATH = ("metadata", "name")
-JOB = ("batch", "Job")
-EnvVar = dict[str, Any]
 
 
 def copy_missing_limits(tpu: TpuSpec, resources: Iterable[str]) -> list[PatchOp]:
@@ -125,9 +123,7 @@ def worker_env(
     variables once either one is present."""
     hosts = site.template.hosts
     if hosts is None:
-        if context.owner is not None and (context.owner.group, context.owner.kind) == JOB:
-            return _pod_worker_env(obj, tpu, shape)
-        return [], [], []
+        return [], [], []  # a Pod: its owner's entry says (Workload.child_pod_env)
     if not hosts.injects or (context.owner is not None and not hosts.whole_slice_when_owned):
         return [], [], []  # e.g. a LeaderWorkerSet's StatefulSet: only part of a slice
     if hosts.indexed_mode is not None:
@@ -174,7 +170,7 @@ def hostnames(name: str, service: str, hosts: int) -> str:
     return ",".join(names)
 
 
-def _pod_worker_env(
+def job_pod_worker_env(
     obj: Mapping[str, Any], tpu: TpuSpec, shape: SliceShape
 ) -> tuple[list[EnvVar], list[PatchOp], list[Violation]]:
     """A Pod of an Indexed Job that still lacks the variables (generateName, an older Job, a

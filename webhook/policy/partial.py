@@ -9,8 +9,9 @@ from typing import Any
 from webhook.policy.bounds import MAX_CONTAINERS, MAX_ENV, MAX_POD_TEMPLATES
 from webhook.policy.paths import FieldPath
 from webhook.policy.podspec import CONTAINER_LISTS, TpuSpec
+from webhook.policy.templates import dig
 from webhook.policy.violations import ErrorType, Violation
-from webhook.policy.workloads import Workload, dig
+from webhook.policy.workloads import Workload
 
 
 def check_pod_spec_read(tpu: TpuSpec) -> list[Violation]:

@@ -15,6 +15,7 @@ from typing import Any
 from webhook.catalog.quantity import QuantityError, QuantityOutOfRange, parse_quantity
 from webhook.catalog.tpu import (
     ACCELERATOR_LABEL,
+    COMPUTE_CLASS_LABEL,
     SLICE_TOPOLOGY_ANNOTATION,
     TOPOLOGY_LABEL,
     TPU_RESOURCE,
@@ -118,6 +119,7 @@ class TpuSpec:
     tpu_containers: tuple[Container, ...]  # those of `chips`, each once
     app_chips: tuple[ChipRequest, ...]  # those of `chips` on app containers
     unread_containers: int = 0  # beyond MAX_CONTAINERS: neither checked nor patched
+    compute_class: object = None  # a GKE ComputeClass it selects (SEVERAL: one of several)
 
     @property
     def selector(self) -> FieldPath:
@@ -188,6 +190,7 @@ def read_tpu_spec(
         and TOPOLOGY_LABEL not in selector
         and not _asks_chips(spec)
         and (affinity is None or not _affinity_names_tpu(spec))
+        and not spec.get("resourceClaims")  # DRA: the claims say (policy/claims.py)
     ):
         return None  # before any container is read: most Pods of a cluster end here
     # Loops rather than comprehensions here and in the mutation: on Python 3.11 each
@@ -216,6 +219,7 @@ def read_tpu_spec(
         annotations = NO_ANNOTATIONS
     accelerator = selector.get(ACCELERATOR_LABEL)
     topology = selector.get(TOPOLOGY_LABEL)
+    compute_class = selector.get(COMPUTE_CLASS_LABEL)
     sources: dict[str, tuple[int, int]] = NO_SOURCES
     if affinity is not None and (accelerator is None or topology is None):
         sources = {}
@@ -223,6 +227,8 @@ def read_tpu_spec(
             accelerator = _affinity_value(spec, ACCELERATOR_LABEL, sources)
         if topology is None:
             topology = _affinity_value(spec, TOPOLOGY_LABEL, sources)
+        if compute_class is None:
+            compute_class = _affinity_value(spec, COMPUTE_CLASS_LABEL, sources)
     return TpuSpec(
         at,
         pointer,
@@ -238,6 +244,7 @@ def read_tpu_spec(
         tuple(tpu_containers),
         tuple(apps),
         unread,
+        compute_class,
     )
 
 

@@ -263,6 +263,68 @@ RULES: tuple[Rule, ...] = (
         "(clusterIP: None) selecting the Job's Pods",
     ),
     Rule(
+        "tpu.compute-class-mismatch",
+        Severity.DENY_OR_WARN,
+        "a Pod (template) that requests chips from a GKE ComputeClass "
+        "(`cloud.google.com/compute-class`) without TPU selectors of its own, held to every TPU "
+        "priority of the class (`spec.priorities[].tpu`: type, count, topology): denies when "
+        "it fits none",
+        "for the priorities it does not fit when another one fits (GKE may fall back to them), "
+        "or when the class also has priorities that name no TPU",
+        "GKE provisions nodes of a priority's shape: a Pod whose chips or host count fit none "
+        "of them waits Pending forever",
+        "request the chips of the class's nodes and run as many Pods as its slice has hosts, or "
+        "pick a class of the shape you need",
+        "spec.containers[0].resources.limits[google.com/tpu]: Invalid value: 8: compute class "
+        "tpu-v6e-2x2 priority 1 (tpu-v6e-slice 2x2, 4 chips per node): tpu-v6e-slice 2x2 runs 4 "
+        "chips per host; set requests and limits to 4",
+    ),
+    Rule(
+        "tpu.compute-class-unknown",
+        Severity.WARN,
+        "a Pod that requests chips from a ComputeClass tpu-webhook cannot check: not known here, "
+        "absent from the cluster, or naming no TPU",
+        "",
+        "without the class its TPU type, slice and chip counts cannot be checked; a class the "
+        "cluster does not have provisions no node",
+        "create the class (or fix its name); run tpu-webhook with the cluster's ComputeClasses "
+        "(the chart's clusterObjects, or `check --cluster-objects`)",
+        'spec.nodeSelector[cloud.google.com/compute-class]: Unknown value: "tpu-v5e-2x4": '
+        "tpu-webhook does not know compute class tpu-v5e-2x4 (it reads none here); the Pods' TPU "
+        "type, slice and google.com/tpu requests are not checked against it",
+    ),
+    Rule(
+        "tpu.claim-invalid",
+        Severity.DENY_OR_WARN,
+        "a DRA ResourceClaimTemplate or ResourceClaim for GKE's TPU DeviceClass "
+        "(`tpu.google.com`) that its driver cannot allocate: a CEL selector naming an "
+        "attribute the driver does not publish, a generation, accelerator or topology no TPU "
+        "node has, an `ExactCount` that is not a whole node's chips",
+        "for an accelerator the catalog does not know (a newer one): the claim's shape is not "
+        "checked",
+        "no device ever matches such a claim: the Pods that use it wait Pending forever",
+        "use the driver's attribute names and values (`tpu-webhook explain`, the catalog's "
+        "`dra` section) and `allocationMode: All`",
+        "spec.spec.devices.requests[0].exactly.selectors[0].cel.expression: Invalid value: "
+        '"device.attributes[\\"tpu.google.com\\"].tpuGenn == \\"v6e\\"": tpu.google.com '
+        'devices have no attribute "tpuGenn", so no device matches and the claim is never '
+        'allocated; did you mean "tpuGen"?',
+    ),
+    Rule(
+        "tpu.toleration-missing",
+        Severity.DENY,
+        "a Pod (template) that gets TPUs from a DRA claim without a toleration for GKE's TPU "
+        "node taint `google.com/tpu=present:NoSchedule`",
+        "",
+        "a Pod that requests `google.com/tpu` gets the toleration from the API server "
+        "(ExtendedResourceToleration); one that claims TPUs through DRA requests none, so it "
+        "never schedules on the tainted TPU nodes and waits Pending forever",
+        "add `{key: google.com/tpu, operator: Exists, effect: NoSchedule}` to its tolerations",
+        "spec.tolerations: Required value: the Pods get TPUs from a resource claim, and GKE "
+        "taints TPU nodes google.com/tpu=present:NoSchedule; without a toleration they never "
+        "schedule: add {key: google.com/tpu, operator: Exists, effect: NoSchedule}",
+    ),
+    Rule(
         "tpu.checked-partly",
         Severity.WARN,
         f"an object larger than tpu-webhook reads: more than {MAX_CONTAINERS} containers in a "
@@ -275,6 +337,22 @@ RULES: tuple[Rule, ...] = (
         f"spec.containers: Too many: 200: tpu-webhook reads the first {MAX_CONTAINERS} "
         f"containers and init containers of a pod spec; the other {200 - MAX_CONTAINERS} were "
         "neither checked nor patched",
+    ),
+    Rule(
+        "tpu.kueue-slices",
+        Severity.WARN,
+        "a multi-host TPU template with Kueue Topology-Aware Scheduling slices "
+        "(`kueue.x-k8s.io/podset-slice-size`) whose Pod count is not a multiple of the slice "
+        "size, or whose slice size is not the TPU slice's host count",
+        "",
+        "Kueue admits such a workload and leaves the Pods beyond the last whole slice gated "
+        "forever (kubernetes-sigs/kueue#15277); a Kueue slice that is not one TPU slice splits "
+        "hosts that must meet",
+        "set podset-slice-size to the TPU slice's host count, and the Pod count to a multiple "
+        "of it",
+        "spec.template.metadata.annotations[kueue.x-k8s.io/podset-slice-size]: Invalid value: "
+        '"2": 5 Pods (spec.parallelism) are not a multiple of 2: Kueue admits the workload and '
+        "leaves 1 Pods gated forever; make them a multiple of 2",
     ),
     Rule(
         "tpu.host-network-dns",

@@ -11,19 +11,21 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from webhook.catalog.owners import PATHWAYS_RESOURCE_MANAGER_FLAG
 from webhook.catalog.tpu import (
     HOST_NETWORK_DNS_POLICY,
+    KUEUE_SLICE_SIZE,
     MAX_HOSTNAME_LENGTH,
     TOPOLOGY_LABEL,
     TPU_WORKER_HOSTNAMES,
     TPU_WORKER_ID,
     SliceShape,
 )
-from webhook.policy.bounds import MAX_ENV
+from webhook.policy.bounds import MAX_ARGS, MAX_ENV
 from webhook.policy.paths import FieldPath
 from webhook.policy.podspec import Container, TpuSpec
+from webhook.policy.templates import Site, dig
 from webhook.policy.violations import ErrorType, Violation, shown
-from webhook.policy.workloads import Site, dig
 
 
 def check_workload_can_form_slice(
@@ -174,9 +176,11 @@ def hostname_too_long(name: str, last: str, what: str = "host") -> list[Violatio
     ]
 
 
-def check_retries(obj: Mapping[str, Any], site: Site, shape: SliceShape) -> list[Violation]:
+def check_retries(
+    obj: Mapping[str, Any], site: Site, tpu: TpuSpec, shape: SliceShape
+) -> list[Violation]:
     hosts = site.template.hosts
-    if hosts is None or hosts.retries is None:
+    if hosts is None or hosts.retries is None or pathways_worker(tpu):
         return []
     path = site.resolve(hosts.paths[hosts.retries])
     value = dig(obj, path)
@@ -201,6 +205,69 @@ def check_retries(obj: Mapping[str, Any], site: Site, shape: SliceShape) -> list
     return [
         Violation("tpu.multihost-retries", field, ErrorType.INVALID, detail, value, advisory=True)
     ]
+
+
+def pathways_worker(tpu: TpuSpec) -> bool:
+    """A Pathways worker: a TPU container started with its resource manager's address (a
+    restarted worker rejoins through it, so retries are on purpose: 4 x hosts in pathways-job)."""
+    for container in tpu.tpu_containers:
+        for name in ("args", "command"):
+            words = container.body.get(name)
+            for word in words[:MAX_ARGS] if isinstance(words, list) else ():
+                if isinstance(word, str) and word.startswith(PATHWAYS_RESOURCE_MANAGER_FLAG):
+                    return True
+    return False
+
+
+def check_kueue_slices(
+    obj: Mapping[str, Any], site: Site, tpu: TpuSpec, shape: SliceShape
+) -> list[Violation]:
+    """Kueue Topology-Aware Scheduling slices of a TPU slice's Pods: Kueue admits a workload
+    whose Pod count is not a multiple of the slice size and leaves the rest gated forever
+    (kubernetes-sigs/kueue#15277); a Kueue slice that is not one TPU slice splits the hosts
+    that must meet."""
+    written = tpu.annotations.get(KUEUE_SLICE_SIZE)
+    hosts = site.template.hosts
+    if written is None or hosts is None or not hosts.host_counts:
+        return []
+    size = (
+        int(written)
+        if isinstance(written, str) and written.isdigit() and len(written) < 10
+        else None
+    )
+    if size is None or size < 1:
+        return []  # Kueue refuses it itself ("must be a number")
+    count_path = site.resolve(hosts.paths[hosts.host_counts[0]])
+    count = dig(obj, count_path)
+    count = hosts.count_defaults.get(hosts.host_counts[0]) if count is None else count
+    field = tpu.meta_at.child("annotations").key(KUEUE_SLICE_SIZE)
+    found = []
+    if isinstance(count, int) and not isinstance(count, bool) and count % size:
+        found.append(
+            Violation(
+                "tpu.kueue-slices",
+                field,
+                ErrorType.INVALID,
+                f"{count} Pods ({FieldPath.of(count_path)}) are not a multiple of {size}: Kueue "
+                f"admits the workload and leaves {count % size} Pods gated forever; make them a "
+                f"multiple of {size}",
+                written,
+                advisory=True,
+            )
+        )
+    if size != shape.hosts:
+        found.append(
+            Violation(
+                "tpu.kueue-slices",
+                field,
+                ErrorType.INVALID,
+                f"each Kueue slice of {size} Pods should be one TPU slice: {shape.describe()}; "
+                f"set it to {shape.hosts}",
+                written,
+                advisory=True,
+            )
+        )
+    return found
 
 
 def check_host_network_dns(tpu: TpuSpec, shape: SliceShape) -> list[Violation]:

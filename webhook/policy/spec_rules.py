@@ -38,8 +38,8 @@ def check_accelerator(
         return []  # the common case, before any field path or message is built
     field = tpu.label_field(ACCELERATOR_LABEL)
     if value is None:
-        if not tpu.chips:
-            return []
+        if not tpu.chips or tpu.compute_class is not None or claimed(tpu):
+            return []  # no slice of its own, or the ComputeClass's or the DRA claim's
         first = tpu.chips[0]
         asks = f"{first.container.path} requests {shown(first.value)} {TPU_RESOURCE} chips"
         if deferred is not None:
@@ -130,6 +130,8 @@ def _check_pool_topology(
     value = tpu.topology_value
     field = tpu.label_field(TOPOLOGY_LABEL)
     if value is None:
+        if not tpu.chips or tpu.compute_class is not None:
+            return []  # an agent on every node of a TPU type, or the ComputeClass's slice
         if tpu.slice_value is not None:
             if accelerator is None or accelerator.dynamic_slicing:
                 return []  # dynamic slicing: the annotation is the slice
@@ -236,7 +238,7 @@ def check_chip_counts(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
     if _runs_every_request(tpu, accelerator):
         return found  # the common case, before any list or message is built
     for r in tpu.chips:
-        if r.chips is None:
+        if r.chips is None and r.which != CLAIMS:  # a claim's chips are the node's (claims.py)
             found.append(
                 Violation(
                     "tpu.quantity-invalid",
@@ -277,6 +279,14 @@ def check_chip_counts(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
             )
         )
     return found
+
+
+CLAIMS = "claims"  # ChipRequest.which of the chips a DRA claim gives (policy/claims.py)
+
+
+def claimed(tpu: TpuSpec) -> bool:
+    """Whether the spec's chips come from a DRA claim rather than google.com/tpu requests."""
+    return any(r.which == CLAIMS for r in tpu.chips)
 
 
 def _runs_every_request(tpu: TpuSpec, accelerator: Accelerator | None) -> bool:

@@ -21,6 +21,8 @@ class ErrorType(Enum):
     UNSUPPORTED = "Unsupported value"
     FORBIDDEN = "Forbidden"
     TOO_MANY = "Too many"
+    NOT_FOUND = "Not found"
+    UNKNOWN = "Unknown value"  # a value tpu-webhook cannot check (warnings)
     DEFAULTED = "Defaulted"  # warnings about a value tpu-webhook filled in
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Response
@@ -25,8 +25,8 @@ from starlette.types import Receive, Scope, Send
 from webhook.admission.dispatch import Policy
 from webhook.catalog import load_catalog
 from webhook.catalog.tpu import TPU_RESOURCE
-from webhook.policy.context import Exemptions
 from webhook.policy.decide import Options
+from webhook.policy.exemptions import Exemptions
 from webhook.serving.endpoint import AdmissionEndpoint
 from webhook.serving.metrics import Metrics
 from webhook.serving.offload import Offload
@@ -55,6 +55,8 @@ class Webhook:
     review_log: ReviewLog
     offload: Offload
     source: CertificateSource | None = None  # None: the certificate files are watched
+    # more tasks the app runs for its lifetime (the cluster watcher): added before it starts
+    background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         problem = self.source.problem() if self.source is not None else ""
@@ -151,6 +153,7 @@ def _lifespan(webhook: Webhook) -> Any:
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         tasks = [asyncio.create_task(_flush_review_log(webhook.review_log))]
+        tasks += [asyncio.create_task(run()) for run in webhook.background]
         if webhook.source is not None:
             tasks.append(asyncio.create_task(webhook.source.run()))
         elif webhook.tls is not None:

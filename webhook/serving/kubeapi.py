@@ -1,4 +1,5 @@
-"""The few Kubernetes API calls of the selfManaged certificate mode, with the `kubernetes` client.
+"""The few Kubernetes API calls of the server, with the `kubernetes` client: the selfManaged
+certificate mode's reads and patches, and the read-only lists of the cluster watcher.
 
 The client's configuration, authentication (the ServiceAccount token, re-read as the kubelet
 rotates it), TLS and transport, on the API paths of the three objects: its generated API classes
@@ -77,12 +78,32 @@ class KubeApi:
         strategic = "application/strategic-merge-patch+json"  # webhooks merge by name
         self._call("PATCH", CONFIGURATIONS[kind], patch, strategic, name=name)
 
+    def list_all(self, path: str, page: int = 500) -> list[dict[str, Any]]:
+        """Every object of a list path (`/apis/cloud.google.com/v1/computeclasses`), page by
+        page, each with its apiVersion and kind (a list's items carry neither)."""
+        items: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            query = [("limit", str(page))] + ([("continue", token)] if token else [])
+            answer = self._call("GET", path, query=query)
+            kind = str(answer.get("kind", "")).removesuffix("List")
+            for item in answer.get("items") or ():
+                if isinstance(item, dict):
+                    item.setdefault("apiVersion", answer.get("apiVersion", ""))
+                    item.setdefault("kind", kind)
+                    items.append(item)
+            metadata = answer.get("metadata")
+            token = metadata.get("continue", "") if isinstance(metadata, dict) else ""
+            if not token:
+                return items
+
     def _call(
         self,
         method: str,
         path: str,
         body: Mapping[str, Any] | None = None,
         content_type: str = "",
+        query: list[tuple[str, str]] | None = None,
         **names: str,
     ) -> dict[str, Any]:
         headers = {"Accept": "application/json"}
@@ -92,7 +113,7 @@ class KubeApi:
             method=method,
             resource_path=path,
             path_params=names,
-            query_params=[("fieldManager", FIELD_MANAGER)] if body is not None else [],
+            query_params=[("fieldManager", FIELD_MANAGER)] if body is not None else query or [],
             header_params=headers,
             body=body,
             auth_settings=["BearerToken"],

@@ -9,7 +9,7 @@ it, one at a time.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
@@ -59,6 +59,8 @@ class Metrics:
         self.latency: dict[str, Histogram] = {}
         self.in_flight = 0
         self.cert_expiry = 0.0
+        # objects of each kind the cluster watcher holds (None: it does not run)
+        self.cluster_objects: Callable[[], dict[str, int]] | None = None
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(self)
 
@@ -123,6 +125,15 @@ class Metrics:
             "Admission reviews being answered.",
             value=self.in_flight,
         )
+        if self.cluster_objects is not None:
+            held = GaugeMetricFamily(
+                "tpu_webhook_cluster_objects",
+                "Objects of each kind read from the cluster for decisions.",
+                labels=("kind",),
+            )
+            for kind, count in sorted(self.cluster_objects().items()):
+                held.add_metric((kind,), count)
+            yield held
         yield GaugeMetricFamily(
             "tpu_webhook_serving_certificate_expiry_timestamp_seconds",
             "Unix time when the serving certificate expires (0 without TLS).",

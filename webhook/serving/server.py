@@ -21,7 +21,7 @@ import uvicorn
 
 from webhook.certs import CA_FILE, CERT_FILE, KEY_FILE, ensure_dev_certs
 from webhook.registration import development_configurations
-from webhook.serving.app import create_app
+from webhook.serving.app import Webhook, create_app
 from webhook.serving.protocol import WebhookHttpProtocol, WebhookLoop
 from webhook.serving.tls import CertificateSource, ServingTLS
 from webhook.settings import Settings
@@ -89,6 +89,8 @@ def serve(settings: Settings) -> int:
             failing_grace_seconds=settings.cert_reload_failing_seconds,
         )
     app = create_app(settings, tls, source)
+    if settings.cluster_objects:
+        _watch_cluster(settings, app.state.webhook)
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -136,6 +138,22 @@ def _self_managed(settings: Settings, tls: ServingTLS) -> CertificateSource:
     from webhook.serving.selfmanaged import SecretCertificates
 
     return SecretCertificates.from_settings(settings, tls)
+
+
+def _watch_cluster(settings: Settings, webhook: Webhook) -> None:
+    """The cluster watcher, run by the app; imported here so other modes never load
+    `kubernetes`."""
+    from webhook.serving.clusterwatch import ClusterWatch
+    from webhook.serving.kubeapi import KubeApi
+
+    watch = ClusterWatch(
+        KubeApi.connect(settings.kubeconfig),
+        webhook.policy.cluster,
+        webhook.policy.catalog,
+        settings.cluster_sync_seconds,
+    )
+    webhook.background.append(watch.run)
+    webhook.metrics.cluster_objects = watch.counts
 
 
 def _context_of(

@@ -36,6 +36,7 @@ from tests.corpus.controllers.common import (
     group_kind,
     labels_of,
     meta,
+    name_of,
     tpu_chips,
     uid_of,
 )
@@ -51,6 +52,7 @@ from tests.corpus.controllers.kuberay import (
 )
 from tests.corpus.controllers.kubernetes import (
     COMPLETION_INDEX,
+    daemonset_pods,
     default_job,
     deployment_replicaset,
     job_pods,
@@ -79,12 +81,14 @@ __all__ = [
     "cluster_spec_of",
     "containers",
     "env_value",
+    "group_kind",
     "kuberay_tpu_webhook",
     "kueue_admit",
     "kueue_queued",
     "kueue_suspend",
     "labels_of",
     "lws_pod_webhook",
+    "name_of",
     "stored",
     "tpu_chips",
 ]
@@ -130,6 +134,8 @@ def children(
         return [deployment_replicaset(owner)]
     if kind == ("apps", "ReplicaSet"):
         return replicaset_pods(owner)
+    if kind == ("apps", "DaemonSet"):
+        return daemonset_pods(owner)
     if kind == ("jobset.x-k8s.io", "JobSet"):
         return jobset_jobs(owner)
     if kind == ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"):

@@ -1,5 +1,5 @@
-"""Kubernetes' own controllers: the Job, StatefulSet, Deployment and ReplicaSet controllers and the
-Job defaulting of the API server (read at K8S, see common.py)."""
+"""Kubernetes' own controllers: the Job, StatefulSet, Deployment, ReplicaSet and DaemonSet
+controllers and the Job defaulting of the API server (read at K8S, see common.py)."""
 
 from __future__ import annotations
 
@@ -139,3 +139,55 @@ def replicaset_pods(rs: Mapping[str, Any]) -> list[Obj]:
         meta(pod)["generateName"] = f"{name_of(rs)}-"
         pods.append(pod)
     return pods
+
+
+DAEMON_NODE = "gke-tpu-node-0"  # a stand-in for the one node a DaemonSet's Pod is made for
+DAEMON_TOLERATIONS = (  # AddOrUpdateDaemonPodTolerations, in its order
+    ("node.kubernetes.io/not-ready", "NoExecute"),
+    ("node.kubernetes.io/unreachable", "NoExecute"),
+    ("node.kubernetes.io/disk-pressure", "NoSchedule"),
+    ("node.kubernetes.io/memory-pressure", "NoSchedule"),
+    ("node.kubernetes.io/pid-pressure", "NoSchedule"),
+    ("node.kubernetes.io/unschedulable", "NoSchedule"),
+)
+
+
+def daemonset_pods(ds: Mapping[str, Any]) -> list[Obj]:
+    """K8S pkg/controller/daemon/daemon_controller.go syncNodes and util/daemonset_util.go: the
+    template gets the daemon tolerations (network-unavailable too with hostNetwork) and the
+    controller-revision-hash and pod-template-generation labels; each node's Pod has its required
+    node affinity *replaced* by one term matching the node's name
+    (ReplaceDaemonSetPodNodeNameNodeAffinity: any required affinity terms of the template are
+    dropped, its nodeSelector stays). One Pod, for one node (DAEMON_NODE), generateName `<ds>-`."""
+    template = copy.deepcopy(ds["spec"]["template"])
+    spec = template.setdefault("spec", {})
+    tolerations = listed(spec, "tolerations")
+    wanted = list(DAEMON_TOLERATIONS)
+    if spec.get("hostNetwork"):
+        wanted.append(("node.kubernetes.io/network-unavailable", "NoSchedule"))
+    for key, effect in wanted:  # helper.AddOrUpdateTolerationInPodSpec: MatchToleration replaces
+        entry = {"key": key, "operator": "Exists", "effect": effect}
+        matches = [i for i, t in enumerate(tolerations) if same_toleration(t, entry)]
+        for i in matches:
+            tolerations[i] = dict(entry)
+        if not matches:
+            tolerations.append(entry)
+    template_labels = meta(template).setdefault("labels", {})
+    template_labels["controller-revision-hash"] = stand_in(name_of(ds), 10)
+    template_labels["pod-template-generation"] = "1"
+    node_term = {
+        "matchFields": [{"key": "metadata.name", "operator": "In", "values": [DAEMON_NODE]}]
+    }
+    node_affinity = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    required["nodeSelectorTerms"] = [node_term]
+    pod = pod_from_template(template, ds)
+    meta(pod)["generateName"] = f"{name_of(ds)}-"
+    return [pod]
+
+
+def same_toleration(one: Mapping[str, Any], other: Mapping[str, Any]) -> bool:
+    """core/v1 Toleration.MatchToleration: key, operator, value and effect equal."""
+    return all(
+        (one.get(f) or "") == (other.get(f) or "") for f in ("key", "operator", "value", "effect")
+    )

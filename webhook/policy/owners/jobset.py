@@ -18,13 +18,15 @@ from webhook.catalog.owners import (
     MEGASCALE_NUM_SLICES,
     MEGASCALE_SLICE_ID,
 )
-from webhook.catalog.tpu import MAX_HOSTNAME_LENGTH, SliceShape
-from webhook.policy.mutate import EnvVar
+from webhook.catalog.tpu import MAX_HOSTNAME_LENGTH, Catalog, SliceShape
+from webhook.policy.cluster import ClusterView
+from webhook.policy.context import skips_checks
+from webhook.policy.exemptions import Exemptions
 from webhook.policy.paths import FieldPath
-from webhook.policy.podspec import TpuSpec
+from webhook.policy.podspec import TpuSpec, slice_shape
 from webhook.policy.slice_rules import env_value_field, literal_env
+from webhook.policy.templates import EnvVar, Site, dig
 from webhook.policy.violations import ErrorType, Violation, shown
-from webhook.policy.workloads import Site, dig
 
 NETWORK = ("spec", "network")
 SLICE_ID_REF = f"metadata.annotations['{JOBSET_JOB_INDEX}']"
@@ -48,6 +50,26 @@ def subdomain(obj: Mapping[str, Any]) -> str:
     if isinstance(given, str) and given:
         return given
     return name if isinstance(name, str) else ""
+
+
+def check(
+    obj: Mapping[str, Any],
+    sites: list[tuple[Site, TpuSpec]],
+    catalog: Catalog,
+    exemptions: Exemptions,
+    cluster: ClusterView,
+) -> list[Violation]:
+    """What the JobSet adds to its replicatedJobs' Job rules: their multislice variables, and
+    for multi-host slices DNS hostnames and hostname lengths."""
+    found: list[Violation] = []
+    for site, tpu in sites:
+        if not tpu.chips or skips_checks(tpu.annotations, exemptions):
+            continue
+        found += check_multislice(obj, site, tpu)
+        shape = slice_shape(tpu, catalog)
+        if shape is not None and shape.multi_host:
+            found += check_slice(obj, site, tpu, shape)
+    return found
 
 
 def check_slice(

@@ -18,18 +18,25 @@ from webhook.catalog.tpu import (
     Catalog,
     SliceShape,
 )
+from webhook.policy.cluster import ClusterView
+from webhook.policy.exemptions import Exemptions
 from webhook.policy.paths import FieldPath
 from webhook.policy.podspec import TpuSpec, slice_shape
 from webhook.policy.slice_rules import hostname_too_long
+from webhook.policy.templates import Site, dig
 from webhook.policy.violations import ErrorType, Violation, shown
-from webhook.policy.workloads import LWS_TEMPLATE, Site, dig
 
-SIZE = (*LWS_TEMPLATE, "size")
-SUB_GROUP_SIZE = (*LWS_TEMPLATE, "subGroupPolicy", "subGroupSize")
+TEMPLATE = ("spec", "leaderWorkerTemplate")
+SIZE = (*TEMPLATE, "size")
+SUB_GROUP_SIZE = (*TEMPLATE, "subGroupPolicy", "subGroupSize")
 
 
 def check(
-    obj: Mapping[str, Any], sites: list[tuple[Site, TpuSpec]], catalog: Catalog
+    obj: Mapping[str, Any],
+    sites: list[tuple[Site, TpuSpec]],
+    catalog: Catalog,
+    exemptions: Exemptions,
+    cluster: ClusterView,
 ) -> list[Violation]:
     by_role = {site.template.path[-1]: tpu for site, tpu in sites}
     worker = by_role.get("workerTemplate")
@@ -37,7 +44,7 @@ def check(
     if worker is None or shape is None or not shape.multi_host:
         return []
     leader = by_role.get("leaderTemplate")
-    has_leader_template = isinstance(dig(obj, (*LWS_TEMPLATE, "leaderTemplate")), dict)
+    has_leader_template = isinstance(dig(obj, (*TEMPLATE, "leaderTemplate")), dict)
     leader_hosts = not has_leader_template or (leader is not None and bool(leader.chips))
     return [
         *_check_size(obj, shape, leader_hosts),

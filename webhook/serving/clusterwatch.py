@@ -1,0 +1,80 @@
+"""The cluster watcher: the objects decisions read from the cluster (GKE ComputeClasses, DRA
+DeviceClasses and ResourceClaimTemplates, Kubeflow Trainer runtimes), listed read-only every
+`sync_seconds` and handed to the policy as one new view (policy/cluster.py).
+
+Nothing on the request path waits for the API: a review reads the view it finds. A kind whose
+API the cluster does not serve (404: no such CRD) is not read, and the policy says so where it
+matters ("not known here"); a kind that fails otherwise keeps what was last read. Only `list`
+is asked (RBAC: get, list, watch on these resources; the chart's `clusterObjects`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.admission.dispatch import Cluster
+from webhook.catalog.tpu import Catalog
+from webhook.policy.cluster import ClusterView, view_for
+from webhook.serving.kubeapi import ApiError, KubeApi
+
+log = logging.getLogger("tpu_webhook.cluster")
+
+# kind -> its list path, for every object kind the cluster view is built from
+SOURCES: dict[str, str] = {
+    "ComputeClass": "/apis/cloud.google.com/v1/computeclasses",
+    "DeviceClass": "/apis/resource.k8s.io/v1/deviceclasses",
+    "ResourceClaimTemplate": "/apis/resource.k8s.io/v1/resourceclaimtemplates",
+    "ClusterTrainingRuntime": "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes",
+    "TrainingRuntime": "/apis/trainer.kubeflow.org/v1alpha1/trainingruntimes",
+}
+
+
+@dataclass
+class ClusterWatch:
+    api: KubeApi
+    cluster: Cluster  # what the policy reads: its view is replaced whole
+    catalog: Catalog
+    sync_seconds: float = 30.0
+    kinds: Iterable[str] = tuple(SOURCES)
+    # last read: kind -> its objects (None: its API is not served)
+    held: dict[str, list[dict[str, Any]] | None] = field(default_factory=dict)
+    synced_at: float | None = None  # monotonic time of the last pass that read every kind
+    errors: dict[str, str] = field(default_factory=dict)
+
+    async def run(self) -> None:
+        """A pass every sync_seconds, the first at once; a failing pass is logged."""
+        while True:
+            try:
+                self.cluster.view = await asyncio.to_thread(self.sync)
+            except Exception:
+                log.exception("cluster: the pass failed")
+            await asyncio.sleep(self.sync_seconds)
+
+    def sync(self) -> ClusterView:
+        """List every kind; the view of what is held."""
+        for kind in self.kinds:
+            try:
+                self.held[kind] = self.api.list_all(SOURCES[kind])
+                self.errors.pop(kind, None)
+            except ApiError as error:
+                if error.status == 404:
+                    self.held[kind] = None  # the cluster does not serve it
+                    self.errors.pop(kind, None)
+                else:
+                    if self.errors.get(kind) != str(error):
+                        log.warning("cluster: listing %s failed: %s", kind, error)
+                    self.errors[kind] = str(error)
+        if not self.errors:
+            self.synced_at = time.monotonic()
+        read = [kind for kind, objects in self.held.items() if objects is not None]
+        objects = [obj for found in self.held.values() for obj in found or ()]
+        return view_for(self.catalog, objects, read)
+
+    def counts(self) -> dict[str, int]:
+        """Objects held per kind (for /metrics)."""
+        return {kind: len(found or ()) for kind, found in self.held.items()}
