@@ -163,9 +163,10 @@ def _claim_template(expression: str) -> dict[str, Any]:
 def _kueue_slices() -> dict[str, Any]:
     """kueue#15277's Job: 5 Pods in Kueue slices of 2."""
     obj = v4_job(parallelism=5)
+    level = "cloud.google.com/gke-tpu-slice-2x4-id"
     obj["spec"]["template"]["metadata"] = {
         "annotations": {
-            "kueue.x-k8s.io/podset-slice-required-topology": "cloud.google.com/gke-tpu-slice-2x4-id",
+            "kueue.x-k8s.io/podset-slice-required-topology": level,
             "kueue.x-k8s.io/podset-slice-size": "2",
         }
     }
