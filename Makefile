@@ -33,7 +33,7 @@ typecheck: install
 
 tools:  ## kube-apiserver, kube-controller-manager, etcd, kubectl, helm from Go modules (cached)
 	bash tests/tools/build.sh
-	bash tests/tools/operators/build.sh  # JobSet, LeaderWorkerSet, KubeRay operators (cached)
+	bash tests/tools/operators/build.sh  # JobSet, LeaderWorkerSet, KubeRay, Trainer operators (cached)
 
 test-unit: install  ## no Go needed
 	$(BIN)/pytest -m "not e2e and not helm and not go"

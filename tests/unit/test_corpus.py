@@ -286,33 +286,13 @@ def tpu_claims(spec: Mapping[str, Any], m: Manifest) -> list[str]:
 def trainjob_templates(
     obj: Mapping[str, Any], m: Manifest
 ) -> Iterator[tuple[Mapping[str, Any], Mapping[str, Any]]]:
-    """A TrainJob's trainer Pods as its controller will build them, enough to derive categories:
-    the runtime's (in the manifest) `node` template, the nodeSelector and tolerations of the
-    TrainJob's runtimePatches, and a container asking `trainer.resourcesPerNode`. The JobSet
-    itself is modelled in tests/corpus/controllers (kubeflow/trainer's own module)."""
+    """A TrainJob's Pod templates as its controller builds them (tests/corpus/controllers/
+    trainer.py: the JobSet from its runtime in the manifest, its runtime patches, numNodes and
+    resourcesPerNode), enough to derive categories."""
     if obj.get("kind") != "TrainJob":
         return
-    spec = obj.get("spec") or {}
-    ref = (spec.get("runtimeRef") or {}).get("name", "")
-    runtime = m.named("ClusterTrainingRuntime", ref) or m.named("TrainingRuntime", ref) or {}
-    rjobs = ((runtime.get("spec") or {}).get("template") or {}).get("spec") or {}
-    for rjob in rjobs.get("replicatedJobs") or []:
-        template = ((rjob.get("template") or {}).get("spec") or {}).get("template") or {}
-        pod = copy.deepcopy(dict(template.get("spec") or {}))
-        for patch in spec.get("runtimePatches") or []:
-            patched = (
-                ((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {}
-            ).get("replicatedJobs") or []
-            for rj in [r for r in patched if r.get("name") == rjob.get("name")]:
-                pod_patch = ((rj.get("template") or {}).get("spec") or {}).get("template") or {}
-                pod_spec = pod_patch.get("spec") or {}
-                pod["nodeSelector"] = {
-                    **(pod.get("nodeSelector") or {}),
-                    **(pod_spec.get("nodeSelector") or {}),
-                }
-        resources = (spec.get("trainer") or {}).get("resourcesPerNode") or {}
-        pod["containers"] = [{"name": "node", "resources": resources}]
-        yield template.get("metadata") or {}, pod
+    for jobset in ch.children(ch.stored(obj), cluster=m.objects):
+        yield from pod_templates(jobset)
 
 
 def pathways_covers(obj: Mapping[str, Any]) -> set[str]:
@@ -511,8 +491,8 @@ def create(
         if final is None:
             return
         owner, shadow_owner = ch.stored(final), ch.stored(ch.kueue_admit(shadow_owner, m.flavor))
-    kids = ch.children(owner, [a for a, _ in ancestors])
-    shadow_kids = ch.children(shadow_owner, [s for _, s in ancestors])
+    kids = ch.children(owner, [a for a, _ in ancestors], m.objects)
+    shadow_kids = ch.children(shadow_owner, [s for _, s in ancestors], m.objects)
     for kid, shadow_kid in zip(kids, shadow_kids, strict=True):
         pairs = (*ancestors, (owner, shadow_owner))
         create(run, m, kid, shadow_kid, trail, pairs, queued and kind == "JobSet")
@@ -771,3 +751,99 @@ def test_kinds_outside_the_webhook_rules_are_admitted_without_being_sent() -> No
         compute_class,
         [],
     )
+
+
+def test_pathwaysjob_makes_a_head_job_and_a_job_of_its_slice_hosts_per_slice() -> None:
+    """PATHWAYS internal/controller/pathwaysjob_controller.go, as modelled in controllers/."""
+    pw = corpus_object("pathwaysjob-v4-2x2x2-two-slices-reservation", "PathwaysJob")
+    (jobset,) = ch.children(pw)
+    assert jobset["metadata"]["ownerReferences"][0]["kind"] == "PathwaysJob"
+    spec = jobset["spec"]
+    assert (spec["startupPolicy"], spec["coordinator"], spec["failurePolicy"]) == (
+        {"startupPolicyOrder": "InOrder"},
+        {"replicatedJob": "pathways-head"},
+        {"maxRestarts": 10},
+    )
+    head, worker = spec["replicatedJobs"]
+    head_pod = head["template"]["spec"]["template"]["spec"]
+    assert [c["name"] for c in head_pod["initContainers"]] == ["pathways-rm", "pathways-proxy"]
+    assert {c["restartPolicy"] for c in head_pod["initContainers"]} == {"Always"}
+    (main,) = head_pod["containers"]
+    assert ch.env_value(main, "JAX_BACKEND_TARGET") == "grpc://$(PATHWAYS_HEAD):29000"
+    assert "nodeSelector" not in head_pod  # default mode: CPU nodes
+    assert (worker["replicas"], worker["template"]["spec"]["parallelism"]) == (2, 2)
+    assert worker["template"]["spec"]["backoffLimit"] == 8  # 4 x hosts, on purpose
+    worker_pod = worker["template"]["spec"]["template"]["spec"]
+    assert worker_pod["nodeSelector"] == {
+        "cloud.google.com/reservation-name": "reservation-name",
+        ch.ACCELERATOR: "tpu-v4-podslice",
+        ch.TOPOLOGY: "2x2x2",
+    }
+    assert worker_pod["containers"][0]["resources"] == {"limits": {ch.TPU: "4"}}
+    jobs = ch.children(ch.stored(jobset))
+    assert [j["metadata"]["name"] for j in jobs] == [
+        "pathways-trial-pathways-head-0",
+        "pathways-trial-worker-0",
+        "pathways-trial-worker-1",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("machine_type", "topology", "hosts", "chips"),
+    [
+        ("ct5lp-hightpu-8t", "2x4", 1, 8),
+        ("ct6e-standard-4t", "4x4", 4, 4),
+        ("ct5p-hightpu-4t", "2x2x1", 1, 4),
+        ("tpu7x-standard-4t", "4x4x4", 16, 4),
+    ],
+)
+def test_pathwaysjob_hosts_and_chips_come_from_its_machine_type_and_topology(
+    machine_type: str, topology: str, hosts: int, chips: int
+) -> None:
+    pw = corpus_object("pathwaysjob-v4-2x2x2-two-slices-reservation", "PathwaysJob")
+    pw["spec"]["workers"][0].update(type=machine_type, topology=topology)
+    (jobset,) = ch.children(pw)
+    job = jobset["spec"]["replicatedJobs"][1]["template"]["spec"]
+    (container,) = job["template"]["spec"]["containers"]
+    assert (job["parallelism"], job["completions"], job["backoffLimit"]) == (
+        hosts,
+        hosts,
+        4 * hosts,
+    )
+    assert container["resources"]["limits"][ch.TPU] == str(chips)
+
+
+def test_pathwaysjob_whose_topology_its_machine_type_lacks_gets_no_jobset() -> None:
+    """The controller validates the topology after the PathwaysJob is stored: status Failed."""
+    pw = corpus_object("pathwaysjob-v4-2x2x2-two-slices-reservation", "PathwaysJob")
+    pw["spec"]["workers"][0]["topology"] = "4x4"  # a v5e/v6e shape on TPU v4
+    assert ch.children(pw) == []
+
+
+def test_trainjob_makes_its_runtimes_jobset_with_its_patch_nodes_chips_and_jax_variables() -> None:
+    """TRAINER's TrainJob controller, as modelled in controllers/ (tests/e2e/test_trainer.py
+    checks the model against the real controller)."""
+    path = "trainjob-jax-mnist-compute-class-v5e-2x4"
+    trainjob = corpus_object(path, "TrainJob")
+    (m,) = [manifest(p) for p in MANIFESTS if p.stem == path]
+    (jobset,) = ch.children(trainjob, cluster=m.objects)
+    assert jobset["metadata"]["ownerReferences"][0]["kind"] == "TrainJob"
+    (rjob,) = jobset["spec"]["replicatedJobs"]
+    job = rjob["template"]["spec"]
+    assert (rjob["replicas"], job["parallelism"], job["completions"]) == (1, 2, 2)
+    pod = job["template"]["spec"]
+    assert pod["nodeSelector"][ch.TOPOLOGY] == "2x4"  # from the runtime patch
+    (container,) = pod["containers"]
+    assert container["resources"] == {"limits": {ch.TPU: "4"}, "requests": {ch.TPU: "4"}}
+    assert [e["name"] for e in container["env"]] == [
+        "JAX_NUM_PROCESSES",
+        "JAX_PROCESS_ID",
+        "JAX_COORDINATOR_ADDRESS",
+        "JAX_PLATFORMS",
+        "ENABLE_PJRT_COMPATIBILITY",
+    ]
+    assert ch.env_value(container, "JAX_COORDINATOR_ADDRESS") == (
+        "jax-mnist-node-0-0.jax-mnist:29500"
+    )
+    # no runtime in the cluster: the controller makes nothing
+    assert ch.children(trainjob) == []

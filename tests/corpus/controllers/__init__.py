@@ -5,8 +5,9 @@ Pure functions over plain dicts, derived from each controller's source (cited pe
 
 - `stored(obj)`: an owner as the API server stores it (its own defaulting and the defaults its
   operator's webhook writes), so its children are derived from what the controller really reads.
-- `children(owner, ancestors)`: the objects the owner's controller creates (CREATE requests), in
-  the order it creates them; `ancestors` are the stored owners above `owner`, nearest last.
+- `children(owner, ancestors, cluster)`: the objects the owner's controller creates (CREATE
+  requests), in the order it creates them; `ancestors` are the stored owners above `owner`,
+  nearest last; `cluster` the other objects a controller reads (a TrainJob's runtime).
 - `lws_pod_webhook(pod)` and `kuberay_tpu_webhook(pod)`: the Pod mutations the owners' own webhooks
   make (TPU worker variables among them), so a test can run them before or after ours.
 - `kueue_suspend(obj)` / `kueue_admit(obj, node_labels)`: what Kueue does to a queued workload at
@@ -14,7 +15,8 @@ Pure functions over plain dicts, derived from each controller's source (cited pe
 
 Versions read: Kubernetes v1.35.4 (the control plane `tests/tools` builds; its Job and StatefulSet
 controllers), kubernetes-sigs/jobset, kubernetes-sigs/lws, ray-project/kuberay,
-ai-on-gke/kuberay-tpu-webhook and kubernetes-sigs/kueue at the commits named in `common.py`.
+ai-on-gke/kuberay-tpu-webhook, kubernetes-sigs/kueue, kubeflow/trainer (TrainJob) and
+google/pathways-job (PathwaysJob) at the commits named in `common.py`.
 Generated names (random suffixes, hashes) are replaced by stable stand-ins of the same shape.
 """
 
@@ -64,6 +66,8 @@ from tests.corpus.controllers.leaderworkerset import (
     lws_worker_statefulsets,
 )
 from tests.corpus.controllers.leaderworkerset_webhook import LWS_NAME, lws_pod_webhook
+from tests.corpus.controllers.pathways import default_pathwaysjob, pathways_jobset
+from tests.corpus.controllers.trainer import default_trainjob, trainjob_jobset
 
 __all__ = [
     "ACCELERATOR",
@@ -90,6 +94,8 @@ __all__ = [
 ]
 
 RAY_OWNERS = (("ray.io", "RayCluster"), ("ray.io", "RayJob"), ("ray.io", "RayService"))
+TRAINJOB = ("trainer.kubeflow.org", "TrainJob")
+PATHWAYSJOB = ("pathways-job.pathways.domain", "PathwaysJob")
 
 
 def stored(obj: Mapping[str, Any]) -> Obj:
@@ -106,10 +112,18 @@ def stored(obj: Mapping[str, Any]) -> Obj:
         default_lws(out)
     elif kind in RAY_OWNERS:
         default_ray_groups(cluster_spec_of(out))
+    elif kind == TRAINJOB:
+        default_trainjob(out)
+    elif kind == PATHWAYSJOB:
+        default_pathwaysjob(out)
     return out
 
 
-def children(owner: Mapping[str, Any], ancestors: Sequence[Mapping[str, Any]] = ()) -> list[Obj]:
+def children(
+    owner: Mapping[str, Any],
+    ancestors: Sequence[Mapping[str, Any]] = (),
+    cluster: Sequence[Mapping[str, Any]] = (),
+) -> list[Obj]:
     """What `owner`'s controller creates from it (owner as stored, see `stored`)."""
     kind = group_kind(owner)
     if kind == ("batch", "Job"):
@@ -132,6 +146,10 @@ def children(owner: Mapping[str, Any], ancestors: Sequence[Mapping[str, Any]] = 
     if kind == ("ray.io", "RayCluster"):
         return raycluster_pods(owner)
     if kind in (("ray.io", "RayJob"), ("ray.io", "RayService")):
-        cluster = ray_owned_cluster(owner)
-        return [cluster] if cluster else []
+        ray_cluster = ray_owned_cluster(owner)
+        return [ray_cluster] if ray_cluster else []
+    if kind == TRAINJOB:
+        return trainjob_jobset(owner, cluster)
+    if kind == PATHWAYSJOB:
+        return pathways_jobset(owner)
     return []

@@ -18,6 +18,8 @@ LWS = "kubernetes-sigs/lws@060ab4da17eea1f0865fcbd3236bb1075e2cea32"
 KUBERAY = "ray-project/kuberay@feeaf72facab4881ba2b179248bb67315634e229"
 KUBERAY_TPU = "ai-on-gke/kuberay-tpu-webhook@ef658db45757e88abc584b0d17fbab930b45316f"
 KUEUE = "kubernetes-sigs/kueue@ff69552e79ad21652c36caa97038382e55625cf7"
+TRAINER = "kubeflow/trainer@658725bdae5c7e3a0854d93ac6ff492e109a22ab"  # v2.3.0
+PATHWAYS = "google/pathways-job@c0cc7594c9d03a1d96a89110008a0f2d3c9ef189"  # v0.1.4
 
 TPU = "google.com/tpu"
 ACCELERATOR = "cloud.google.com/gke-tpu-accelerator"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the JobSet, LeaderWorkerSet and KubeRay operators (their controller managers)
-# from the released Go modules pinned in ./<name>/go.mod, one small Go module per
-# operator, into
+# Builds the JobSet, LeaderWorkerSet, KubeRay and Kubeflow Trainer operators (their
+# controller managers) from the released Go modules pinned in ./<name>/go.mod, one small
+# Go module per operator, into
 #   ${TPU_WEBHOOK_TOOLS_CACHE:-$HOME/.cache/tpu-webhook/tools}/operators/<name>-<version>-<hash>/
 # where <hash> = short hash of that operator's go.mod, go.sum, tools.go and this script.
 # Each folder holds:
@@ -9,7 +9,7 @@
 #   crds/        the CRDs of the same module version (from the module zip)
 #   webhook/     its webhook manifests.yaml and kustomize patches, when it has them
 #
-#   build.sh [name ...]      # default: jobset lws kuberay
+#   build.sh [name ...]      # default: jobset lws kuberay trainer
 #
 # Stdout is exactly one line per requested operator, its folder, in the order asked
 # (so with one name the LAST line is its folder); everything else goes to stderr.
@@ -19,7 +19,7 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ALL=(jobset lws kuberay)
+ALL=(jobset lws kuberay trainer)
 cache_root="${TPU_WEBHOOK_TOOLS_CACHE:-$HOME/.cache/tpu-webhook/tools}/operators"
 
 export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="${GOFLAGS:-} -mod=readonly -buildvcs=false"
@@ -31,12 +31,14 @@ crd_dir() {
   case "$1" in
     jobset) echo config/components/crd/bases ;;
     lws | kuberay) echo config/crd/bases ;;
+    trainer) echo manifests/base/crds ;;
   esac
 }
 webhook_dir() {
   case "$1" in
     jobset) echo config/components/webhook ;;
     lws | kuberay) echo config/webhook ;;
+    trainer) echo manifests/base/webhook ;;
   esac
 }
 stamps() { # stamps <name> <version> <tag time>
@@ -51,6 +53,7 @@ stamps() { # stamps <name> <version> <tag time>
         "-X sigs.k8s.io/lws/pkg/version.BuildDate=$3"
       ;;
     kuberay) echo "" ;; # its version is a constant (utils.KUBERAY_VERSION)
+    trainer) echo "" ;; # its Dockerfile runs a plain `go build -a`: nothing to stamp
   esac
 }
 
@@ -103,7 +106,9 @@ build_one() { # build_one <name>; prints its folder on stdout
     -o "$tmp/manager" "$main" >&2
 
   mkdir "$tmp/crds" "$tmp/webhook"
-  cp "$src/$(crd_dir "$name")"/*.yaml "$tmp/crds/"
+  # every CRD file of the folder (Trainer's also holds its kustomization.yaml)
+  find "$src/$(crd_dir "$name")" -maxdepth 1 -name '*.yaml' ! -name kustomization.yaml \
+    -exec cp {} "$tmp/crds/" \;
   if [[ -f "$src/$(webhook_dir "$name")/manifests.yaml" ]]; then
     cp -r "$src/$(webhook_dir "$name")"/. "$tmp/webhook/"
   fi
