@@ -1,10 +1,12 @@
-"""What the webhook reads from the cluster, against the real API server: GKE ComputeClasses and
-DRA ResourceClaimTemplates stored there, listed by `tpu-webhook serve --cluster-objects` with
-exactly the chart's read-only RBAC (a token of the chart's ServiceAccount), and the decisions
-that read them.
+"""What the webhook reads from the cluster, against the real API server: GKE ComputeClasses, DRA
+ResourceClaimTemplates and Kubeflow Trainer's ClusterTrainingRuntimes stored there, listed by
+`tpu-webhook serve --cluster-objects` with exactly the chart's read-only RBAC (a token of the
+chart's ServiceAccount), and the decisions that read them.
 
 ComputeClasses are GKE's CRD: a hand-written CRD of its shape is installed
 (tests/e2e/data/computeclass-crd.yaml). `resource.k8s.io/v1` is served by this Kubernetes.
+Trainer's CRDs (from its pinned module) are installed while the server runs: a kind served
+later is read from the next sync on.
 The suite's own registration (default settings) may be live too: it warns that it does not know
 a class and never refuses what this server admits, so each verdict here is this server's.
 """
@@ -23,6 +25,7 @@ import pytest
 
 from dev.chart import _template, url_mode_configurations
 from dev.controlplane import ControlPlane
+from dev.operators import crd_dirs, install_crds
 from tests.support.webhook_process import WebhookProcess, make_certs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -298,6 +301,39 @@ def test_a_claim_template_the_driver_cannot_allocate_is_refused(
         "spec.spec.devices.requests[0].exactly.selectors[0].cel.expression: Invalid value: "
     ) in proc.stderr
     assert 'did you mean "tpuGen"?' in proc.stderr
+
+
+def test_a_trainjob_is_held_to_the_slice_of_its_stored_runtime(
+    control_plane: ControlPlane, server: WebhookProcess
+) -> None:
+    """The guide's TrainJob names nothing of its slice: its runtime (v5e 2x4: 2 hosts) does. A
+    user who asks for 3 nodes is refused once the server has read the runtime."""
+    install_crds(control_plane, [crd_dirs(["trainer"])["trainer"]], time.monotonic() + 120)
+    runtime = DATA / "trainer-runtime-jax-tpu-v5-8.yaml"
+    control_plane.kubectl("apply", "-f", str(runtime), check=True)
+    try:
+        trainjob = {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": {"name": "jax-mnist"},
+            "spec": {
+                "runtimeRef": {"name": "jax-tpu-v5-8"},
+                "trainer": {"numNodes": 3, "command": ["python", "train.py"]},
+            },
+        }
+        deadline = time.monotonic() + 30
+        while "spec.trainer.numNodes" not in (proc := dry_run(control_plane, trainjob)).stderr:
+            assert time.monotonic() < deadline, proc.stderr
+            time.sleep(0.25)
+        assert proc.returncode != 0
+        assert (
+            "spec.trainer.numNodes: Invalid value: 3: tpu-v5-lite-podslice 2x4 = 8 chips at 4 per "
+            "host needs 2 hosts, one Pod per host; set numNodes to 2"
+        ) in proc.stderr
+        trainjob["spec"]["trainer"]["numNodes"] = 2
+        assert dry_run(control_plane, trainjob).returncode == 0
+    finally:
+        control_plane.kubectl("delete", "--ignore-not-found", "-f", str(runtime))
 
 
 def test_the_chart_s_role_reads_the_cluster_objects_and_nothing_else(
