@@ -152,15 +152,14 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 
 def _serve(args: argparse.Namespace) -> int:
     from webhook.serving.server import serve
-    from webhook.settings import Settings
+    from webhook.settings import Settings, StartupError
 
     given = {k: v for k, v in vars(args).items() if k != "run" and v is not None}
     try:
-        settings = Settings(**given)
-    except ValidationError as error:
+        return serve(Settings(**given))
+    except (ValidationError, StartupError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_UNREADABLE
-    return serve(settings)
 
 
 def _certs(args: argparse.Namespace) -> int:

@@ -9,6 +9,10 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
+class StartupError(Exception):
+    """A setting the server cannot act on where it runs (said in one line, exit status 2)."""
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TPU_WEBHOOK_", frozen=True, extra="forbid")
 

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from dev.controlplane import DEFAULT_CONTROLLERS, ControlPlane, tools_dir
+from tests.support.catalog_facts import READY
 from tests.support.selfmanaged import (
     Release,
     SelfManagedServer,
@@ -134,7 +135,10 @@ def test_the_server_fills_the_empty_secret_and_both_ca_bundles(
     assert pem_of(served) == data["tls.crt"]
     assert all(verifies(served, b, FIRST.service_host) for b in bundles.values())
     assert not verifies(served, b"", FIRST.service_host)  # the check can fail
-    assert replica_a.readyz() == (200, {"status": "ok", "certificate": True, "catalog": 6})
+    assert replica_a.readyz() == (
+        200,
+        READY,
+    )
     shown = ["get", "secret", FIRST.secret, "-n", FIRST.namespace, "--show-managed-fields"]
     fields = json.loads(cp.kubectl(*shown, "-o", "json", check=True).stdout)["metadata"]
     assert {"tpu-webhook"} <= {m["manager"] for m in fields["managedFields"]}
@@ -402,7 +406,7 @@ REFUSED = {
     ),
     "a matchCondition": (
         VALIDATING,
-        [{"op": "replace", "path": "/webhooks/1/matchConditions/0/expression", "value": "true"}],
+        [{"op": "replace", "path": "/webhooks/2/matchConditions/0/expression", "value": "true"}],
         WEBHOOKS + "it changed validate-warn.tpu-webhook.io",
     ),
     "the namespaceSelector": (

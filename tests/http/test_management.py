@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from tests.http.conftest import review, tpu_pod
+from tests.support.catalog_facts import READY
 from tests.support.webhook_process import make_certs
 from webhook.certs import make_serving_cert, write_pair
 from webhook.serving.app import create_app
@@ -28,7 +29,7 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 def test_healthz_and_readyz_answer_once_the_catalog_is_loaded(client: TestClient) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
-    assert client.get("/readyz").json() == {"status": "ok", "certificate": True, "catalog": 6}
+    assert client.get("/readyz").json() == READY
 
 
 def test_metrics_count_what_was_sent() -> None:

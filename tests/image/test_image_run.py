@@ -104,6 +104,32 @@ def deployment(built_image: BuiltImage) -> dict[str, Any]:
     return render_deployment(built_image)
 
 
+# No API server here: the chart's cluster reads (on by default) are off for the run; they are
+# tested against a real one in tests/e2e. Without this the server stops at once, as tested below.
+OUTSIDE_A_CLUSTER = ["--env", "TPU_WEBHOOK_CLUSTER_OBJECTS=false"]
+
+
+def test_the_chart_pod_outside_a_cluster_says_what_it_misses(
+    built_image: BuiltImage, deployment: dict[str, Any], tmp_path: Path
+) -> None:
+    make_certs(tmp_path)
+    for f in tmp_path.iterdir():
+        f.chmod(0o644)
+    tmp_path.chmod(0o755)
+    (secret,) = [
+        v["secret"]["secretName"]
+        for v in deployment["spec"]["template"]["spec"]["volumes"]
+        if "secret" in v
+    ]
+    env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "TPU_WEBHOOK_CLUSTER_OBJECTS", "value": "true"} in env
+    run = ["podman", "run", "--rm", *machine_run_args()]
+    run += [*pod_run_args(deployment, {secret: tmp_path}), built_image.ref]
+    done = subprocess.run(run, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "error: no credentials for the API server (Service host/port is not set.)" in done.stderr
+
+
 @pytest.fixture(scope="module")
 def running(
     built_image: BuiltImage,
@@ -132,6 +158,7 @@ def running(
         name,
         *machine_run_args(),
         *pod_run_args(deployment, {secret: certs}),
+        *OUTSIDE_A_CLUSTER,
         "--publish",
         f"127.0.0.1:{port}:8443",
         built_image.ref,

@@ -17,6 +17,7 @@ from cryptography import x509
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
+from tests.support.catalog_facts import ACCELERATORS
 from tests.support.webhook_process import make_certs
 from webhook.certs import make_ca, make_serving_cert
 from webhook.serving.app import create_app
@@ -112,7 +113,7 @@ def test_readiness_reports_the_source_before_the_tls_context() -> None:
     assert response.json() == {
         "status": "not ready",
         "certificate": False,
-        "catalog": 6,
+        "catalog": ACCELERATORS,
         "reason": "no serving certificate from Secret sys/certs yet: 403: forbidden",
     }
 

@@ -50,6 +50,32 @@ REVIEW = json.dumps(
 ).encode()
 
 
+def test_cluster_reads_without_credentials_stop_the_start_in_one_line(tmp_path: Path) -> None:
+    """The chart reads the cluster by default; run outside a Pod, without a kubeconfig, the
+    server says what is missing and exits 2 (it was an "internal error" with status 3)."""
+    make_certs(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    pair = [
+        "--tls-cert-file",
+        str(tmp_path / "tls.crt"),
+        "--tls-key-file",
+        str(tmp_path / "tls.key"),
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "webhook", "serve", "--port", "0", *pair],
+        env={**env, "TPU_WEBHOOK_CLUSTER_OBJECTS": "true"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == (
+        "error: no credentials for the API server (Service host/port is not set.): in a Pod they "
+        "are its ServiceAccount's; elsewhere set TPU_WEBHOOK_KUBECONFIG, or turn off what reads "
+        "the cluster (TPU_WEBHOOK_CLUSTER_OBJECTS, TPU_WEBHOOK_CERT_SECRET)"
+    )
+
+
 def test_serve_without_flags_makes_dev_certificates_and_prints_configurations(
     tmp_path: Path,
 ) -> None:

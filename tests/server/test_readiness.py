@@ -19,6 +19,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from tests.support.catalog_facts import READY
 from tests.support.webhook_process import WebhookProcess, make_certs
 from webhook.certs import KeyPair, make_serving_cert, write_pair
 from webhook.serving.tls import ServingTLS
@@ -86,16 +87,19 @@ def served_serial(server: WebhookProcess) -> int:
     return int(x509.load_der_x509_certificate(der).serial_number)
 
 
-def start(tmp_path: Path) -> tuple[WebhookProcess, KeyPair]:
+def server_and_ca(tmp_path: Path) -> tuple[WebhookProcess, KeyPair]:
     ca = make_certs(tmp_path)
     env = {"TPU_WEBHOOK_CERT_RELOAD_FAILING_SECONDS": str(FAILING_SECONDS)}
-    return WebhookProcess(tmp_path, env=env).start(), ca
+    return WebhookProcess(tmp_path, env=env), ca  # started by `with`
 
 
 def test_an_expired_certificate_is_not_ready_and_a_renewed_one_is(tmp_path: Path) -> None:
-    server, ca = start(tmp_path)
+    server, ca = server_and_ca(tmp_path)
     with server:
-        assert probe(server) == (200, {"status": "ok", "certificate": True, "catalog": 6})
+        assert probe(server) == (
+            200,
+            READY,
+        )
         old = expired(ca)
         write_pair(tmp_path, ca, old)
         body = wait_for_status(server, 503)
@@ -108,7 +112,7 @@ def test_an_expired_certificate_is_not_ready_and_a_renewed_one_is(tmp_path: Path
 
 
 def test_certificate_files_that_keep_failing_to_load_are_not_ready(tmp_path: Path) -> None:
-    server, ca = start(tmp_path)
+    server, ca = server_and_ca(tmp_path)
     with server:
         serving = served_serial(server)
         (tmp_path / "tls.crt").write_bytes(b"-----BEGIN CERTIFICATE-----\nbroken\n")

@@ -62,6 +62,10 @@ class WebhookProcess:
         return context
 
     def start(self, timeout: float = 20.0) -> WebhookProcess:
+        if self.process is not None and self.process.poll() is None:
+            raise RuntimeError(
+                f"webhook on port {self.port} started twice: one would be left running"
+            )
         self.log = self.log or self.certs / f"webhook-{self.port}.log"
         command = [
             sys.executable,

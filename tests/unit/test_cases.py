@@ -20,7 +20,7 @@ from webhook.catalog.tpu import ACCELERATOR_LABEL, TOPOLOGY_LABEL, SliceShape
 from webhook.policy import decide
 from webhook.policy.cluster import ClusterView, view_of
 from webhook.policy.exemptions import Exemptions
-from webhook.policy.rules import BY_CODE
+from webhook.policy.rules import BY_CODE, Severity
 
 CASES = Path(__file__).resolve().parents[1] / "cases"
 CATALOG = load_catalog()
@@ -125,6 +125,23 @@ def test_every_rule_code_appears_in_some_case() -> None:
     }
     assert RULE_CODES - used == set()
     assert used - RULE_CODES == set()
+
+
+def test_every_case_code_has_the_severity_its_rule_declares() -> None:
+    """A code a case expects as a denial may deny, one it expects as a warning may warn: the
+    registry (and so the README's table) says what each code does."""
+    may = {
+        "violations": {Severity.DENY, Severity.DENY_OR_WARN},
+        "warnings": {Severity.WARN, Severity.DENY_OR_WARN},
+    }
+    wrong = [
+        f"{case['file']}: {case['name']}: {entry['code']} under {key} is {rule.severity.value}"
+        for case in (*VALIDATE, *MUTATE)
+        for key, allowed in may.items()
+        for entry in case.get(key) or ()
+        if (rule := BY_CODE[entry["code"]]).severity not in allowed
+    ]
+    assert wrong == []
 
 
 def test_every_catalog_accelerator_appears_in_an_allowed_case() -> None:

@@ -140,12 +140,13 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "tpu.multihost-parallelism",
-        Severity.DENY,
+        Severity.DENY_OR_WARN,
         "`parallelism` / `completions` (StatefulSet: `replicas`; a JobSet's replicatedJob "
         "template; LeaderWorkerSet: `size` or `subGroupSize`, counting the leader only when it "
         "requests chips; RayCluster: `numOfHosts`) that differ from the slice's host count "
         "(from the slice annotation when set)",
-        "",
+        "in an object made by a controller tpu-webhook does not know: its owner decides how "
+        "many Pods a slice gets",
         "JAX waits for every host of the slice: fewer Pods hang at start-up, more never fit",
         "set them to the host count the message gives",
         "spec.parallelism: Invalid value: 2: 2x2x4 = 16 chips at 4 per host needs 4 hosts; set "

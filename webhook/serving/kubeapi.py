@@ -20,6 +20,8 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
+from webhook.settings import StartupError
+
 FIELD_MANAGER = "tpu-webhook"
 MUTATING, VALIDATING = "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"
 TIMEOUT = (5.0, 10.0)  # seconds to connect, to read
@@ -55,7 +57,14 @@ class KubeApi:
             client = k8s_config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
             return cls(client)
         configuration = k8s.Configuration()
-        k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        try:
+            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except k8s_config.ConfigException as error:
+            raise StartupError(
+                f"no credentials for the API server ({error}): in a Pod they are its "
+                "ServiceAccount's; elsewhere set TPU_WEBHOOK_KUBECONFIG, or turn off what reads "
+                "the cluster (TPU_WEBHOOK_CLUSTER_OBJECTS, TPU_WEBHOOK_CERT_SECRET)"
+            ) from error
         return cls(k8s.ApiClient(configuration))
 
     def read_secret(self, namespace: str, name: str) -> dict[str, Any]:
