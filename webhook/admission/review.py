@@ -1,8 +1,11 @@
 """The AdmissionReview envelope, parsed with msgspec; the object itself stays a plain dict.
 
-One decoder: the server and the CLI hand the policy the whole object as sent. A body without a
-TPU marker is the one exception: its object cannot be a TPU workload, so it is left undecoded and
-allowed (most Pods of a cluster).
+One decoder: the server and the CLI hand the policy the whole object as sent, but for
+`metadata.managedFields`: the API server's record of who set which field, which no rule reads and
+which is a third to a half of a controller's Pod, is skipped undecoded (an object with a top-level
+or metadata key beyond Kubernetes' own is decoded whole instead). A body without a TPU marker is
+the one exception: its object cannot be a TPU workload, so it is left undecoded and allowed (most
+Pods of a cluster).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from webhook.admission.trigger import WHOLE_KINDS, may_be_tpu
 
@@ -46,8 +50,66 @@ class Review(msgspec.Struct, frozen=True, rename="camel"):
 _decoder = msgspec.json.Decoder(Review)
 
 
+class _Metadata(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    """ObjectMeta as the API server sends it (it prunes what is not a field of it), values
+    untyped as in a dict, managedFields left undecoded."""
+
+    name: Any | UnsetType = UNSET
+    generate_name: Any | UnsetType = UNSET
+    namespace: Any | UnsetType = UNSET
+    self_link: Any | UnsetType = UNSET
+    uid: Any | UnsetType = UNSET
+    resource_version: Any | UnsetType = UNSET
+    generation: Any | UnsetType = UNSET
+    creation_timestamp: Any | UnsetType = UNSET
+    deletion_timestamp: Any | UnsetType = UNSET
+    deletion_grace_period_seconds: Any | UnsetType = UNSET
+    labels: Any | UnsetType = UNSET
+    annotations: Any | UnsetType = UNSET
+    owner_references: Any | UnsetType = UNSET
+    finalizers: Any | UnsetType = UNSET
+    managed_fields: msgspec.Raw | UnsetType = UNSET
+
+
+_META_KEYS = tuple(
+    (f.name, f.encode_name) for f in msgspec.structs.fields(_Metadata) if f.name != "managed_fields"
+)
+
+
+class _Object(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    """A Kubernetes object of the kinds reviewed: these keys and no others, else decoded whole."""
+
+    api_version: Any | UnsetType = UNSET
+    kind: Any | UnsetType = UNSET
+    metadata: _Metadata | UnsetType = UNSET
+    spec: Any | UnsetType = UNSET
+    status: Any | UnsetType = UNSET
+
+
+class _ObjectsRequest(Request, frozen=True, rename="camel"):
+    object: _Object | None = None
+    old_object: _Object | None = None
+
+
+class _ObjectsReview(Review, frozen=True, rename="camel"):
+    request: _ObjectsRequest | None = None
+
+
+_objects = msgspec.json.Decoder(_ObjectsReview)
+# Larger bodies are decoded whole at once: a typed decode that fails late would decode twice.
+OBJECTS_MAX_BYTES = 64 * 1024
+
+
 def parse_review(body: bytes) -> tuple[str, Request]:
     """(apiVersion, request) of an AdmissionReview body, or ReviewError saying what is wrong."""
+    if len(body) <= OBJECTS_MAX_BYTES:
+        try:
+            typed = _objects.decode(body)
+        except (msgspec.DecodeError, RecursionError):
+            pass  # an unusual object, or not a review: decoded whole, the errors worded there
+        else:
+            api_version, request = _checked(typed)
+            return api_version, _plain_request(request)
     try:
         review = _decoder.decode(body)
     except msgspec.DecodeError as error:
@@ -55,6 +117,43 @@ def parse_review(body: bytes) -> tuple[str, Request]:
     except RecursionError:
         raise ReviewError("invalid AdmissionReview: nested too deeply") from None
     return _checked(review)
+
+
+def _plain_request(typed: Request) -> Request:
+    """The request with its objects as plain dicts (managedFields left out)."""
+    assert isinstance(typed, _ObjectsRequest)
+    return Request(
+        typed.uid,
+        typed.kind,
+        typed.operation,
+        typed.namespace,
+        typed.name,
+        _plain(typed.object),
+        _plain(typed.old_object),
+        typed.dry_run,
+    )
+
+
+def _plain(obj: _Object | None) -> dict[str, Any] | None:
+    if obj is None:
+        return None
+    plain: dict[str, Any] = {}
+    if obj.api_version is not UNSET:
+        plain["apiVersion"] = obj.api_version
+    if obj.kind is not UNSET:
+        plain["kind"] = obj.kind
+    if obj.metadata is not UNSET:
+        metadata = obj.metadata
+        plain["metadata"] = {
+            key: value
+            for attribute, key in _META_KEYS
+            if (value := getattr(metadata, attribute)) is not UNSET
+        }
+    if obj.spec is not UNSET:
+        plain["spec"] = obj.spec
+    if obj.status is not UNSET:
+        plain["status"] = obj.status
+    return plain
 
 
 def _checked(review: Review) -> tuple[str, Request]:

@@ -10,7 +10,14 @@ from webhook.catalog.tpu import TPU_RESOURCE, Catalog, SliceShape
 from webhook.policy import autopilot as autopilot_rules
 from webhook.policy import claims, compute_classes, partial, slice_rules, spec_rules
 from webhook.policy.cluster import EMPTY, ClusterView
-from webhook.policy.context import Context, opted_out, read_context, skips_checks
+from webhook.policy.context import (
+    Context,
+    Owner,
+    controlling_owner,
+    opted_out,
+    read_context,
+    skips_checks,
+)
 from webhook.policy.exemptions import EXEMPTIONS, Exemptions
 from webhook.policy.mutate import (
     PatchOp,
@@ -139,7 +146,8 @@ def mutate(
         return ALLOW
     ops: list[PatchOp] = []
     warnings: list[Violation] = []
-    context: Context | None = None  # read only for a multi-host slice
+    owner: Owner | None = None  # its controlling owner, read only for a multi-host slice
+    owner_read = False
     for site, tpu in sites:
         ops += copy_missing_limits(tpu, options.copy_resources)
         ops += add_missing_ports(tpu, catalog.ports)
@@ -153,16 +161,17 @@ def mutate(
             else slice_shape(tpu, catalog)
         )
         if shape is not None and shape.multi_host:
-            context = context or read_context(obj, owner_role, options.exemptions)
+            if not owner_read:
+                meta = obj.get("metadata")
+                owner = controlling_owner(meta if isinstance(meta, dict) else {}, owner_role)
+                owner_read = True
             if site.template.hosts is not None:
-                env, extra_ops, found = worker_env(obj, site, tpu, shape, context)
+                env, extra_ops, found = worker_env(obj, site, tpu, shape, owner)
             else:  # a Pod: numbered as its owner's Pods are, if the owner's entry says how
-                owner = (
-                    workload_for(context.owner.group, context.owner.kind) if context.owner else None
-                )
-                if owner is None or owner.child_pod_env is None:
+                made_by = workload_for(owner.group, owner.kind) if owner else None
+                if made_by is None or made_by.child_pod_env is None:
                     continue
-                env, extra_ops, found = owner.child_pod_env(obj, tpu, shape)
+                env, extra_ops, found = made_by.child_pod_env(obj, tpu, shape)
             ops += extra_ops + add_missing_env(tpu, env)
             warnings += found
     return Verdict(warnings=tuple(warnings), patch=tuple(ops))

@@ -22,7 +22,7 @@ from webhook.catalog.tpu import (
     SliceShape,
 )
 from webhook.policy.bounds import MAX_ENV, MAX_PORTS
-from webhook.policy.context import Context
+from webhook.policy.context import Owner
 from webhook.policy.podspec import Container, TpuSpec, quantity
 from webhook.policy.templates import EnvVar, Site, dig
 from webhook.policy.violations import ErrorType, Violation
@@ -115,7 +115,7 @@ def add_missing_env(tpu: TpuSpec, env: list[EnvVar]) -> list[PatchOp]:
 
 
 def worker_env(
-    obj: Mapping[str, Any], site: Site, tpu: TpuSpec, shape: SliceShape, context: Context
+    obj: Mapping[str, Any], site: Site, tpu: TpuSpec, shape: SliceShape, owner: Owner | None
 ) -> tuple[list[EnvVar], list[PatchOp], list[Violation]]:
     """TPU_WORKER_ID / TPU_WORKER_HOSTNAMES of a multi-host workload, and a defaulted subdomain,
     where tpu-webhook knows how the workload numbers its hosts. Never where the owner's own
@@ -124,7 +124,7 @@ def worker_env(
     hosts = site.template.hosts
     if hosts is None:
         return [], [], []  # a Pod: its owner's entry says (Workload.child_pod_env)
-    if not hosts.injects or (context.owner is not None and not hosts.whole_slice_when_owned):
+    if not hosts.injects or (owner is not None and not hosts.whole_slice_when_owned):
         return [], [], []  # e.g. a LeaderWorkerSet's StatefulSet: only part of a slice
     if hosts.indexed_mode is not None:
         mode, required = hosts.indexed_mode
