@@ -54,7 +54,7 @@ from dev.operators import (
     install_crds,
     pinned_module,
 )
-from webhook.certs import make_ca, make_serving_cert, write_pair
+from webhook.certificates.create import make_ca, make_serving_cert, write_pair
 
 STARTED = time.monotonic()
 EXAMPLES = REPO_ROOT / "examples"

@@ -18,7 +18,13 @@ from pydantic import ValidationError
 
 from webhook.admission.dispatch import Cluster, Policy
 from webhook.catalog import CatalogError, load_catalog
-from webhook.certs import CA_FILE, make_ca, make_serving_cert, service_names, write_pair
+from webhook.certificates.create import (
+    CA_FILE,
+    make_ca,
+    make_serving_cert,
+    service_names,
+    write_pair,
+)
 from webhook.examples import KINDS, example_manifests
 from webhook.manifests import ManifestError, read_objects
 from webhook.offline import Result, admit

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import TracebackType
 
 from dev.controlplane import _free_port, stop_process
-from webhook.certs import KeyPair, make_ca, make_serving_cert, write_pair
+from webhook.certificates.create import KeyPair, make_ca, make_serving_cert, write_pair
 
 free_port = _free_port  # a free loopback port (the control plane's own helper)
 
