@@ -46,17 +46,17 @@ from typing import IO, Any
 import jsonpatch
 from ruamel.yaml import YAML
 
-from dev.controlplane import (
-    REPO_ROOT,
-    ControlPlane,
+from dev.controlplane import ControlPlane
+from dev.processes import (
     Started,
-    _child_setup,
-    _free_port,
     check_alive,
+    child_setup,
+    free_port,
     http_ok,
     stop_process,
     wait_until,
 )
+from dev.tools import REPO_ROOT
 
 OPERATORS_DIR = REPO_ROOT / "tests" / "tools" / "operators"
 BUILD_SCRIPT = OPERATORS_DIR / "build.sh"
@@ -601,7 +601,7 @@ class Operators(Started):
             stderr=subprocess.STDOUT,
             cwd=self._dir(name),
             env=full_env,
-            preexec_fn=_child_setup,  # setpgid + PDEATHSIG, like the control plane's
+            preexec_fn=child_setup,  # setpgid + PDEATHSIG, like the control plane's
         )
         self.running[name] = _Running(name, proc, health_port, metrics_port, webhook_port, log_path)
 
@@ -609,7 +609,7 @@ class Operators(Started):
         self, build: OperatorBuild, api_group: str, env: Mapping[str, str] | None = None
     ) -> None:
         """JobSet and LWS: one layout (kubebuilder, a Configuration file, flags)."""
-        health, metrics, webhook = _free_port(), _free_port(), _free_port()
+        health, metrics, webhook = free_port(), free_port(), free_port()
         certs = self._certs(build.name)
         config: dict[str, Any] = {
             "apiVersion": f"{api_group}/v1alpha1",
@@ -646,7 +646,7 @@ class Operators(Started):
         self._start_controller(build, "config.lws.x-k8s.io", env)
 
     def _start_kuberay(self, build: OperatorBuild) -> None:
-        health, metrics = _free_port(), _free_port()
+        health, metrics = free_port(), free_port()
         args = [
             "--enable-leader-election=false",
             f"--metrics-addr=127.0.0.1:{metrics}",
@@ -666,7 +666,7 @@ class Operators(Started):
         # (TMPDIR is the operator's folder, see _spawn). Leader election is off by default
         # (no leaderElection section); the status server is behind the TrainJobStatus feature
         # gate (alpha, off).
-        health, metrics, webhook = _free_port(), _free_port(), _free_port()
+        health, metrics, webhook = free_port(), free_port(), free_port()
         self._certs(build.name, "k8s-webhook-server/serving-certs")
         config: dict[str, Any] = {
             "apiVersion": "config.trainer.kubeflow.org/v1alpha1",

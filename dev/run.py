@@ -33,14 +33,7 @@ from pathlib import Path
 from types import FrameType
 
 from dev.chart import ChartError, url_mode_configurations, wait_until_live
-from dev.controlplane import (
-    BUILD_SCRIPT,
-    REPO_ROOT,
-    ControlPlane,
-    ControlPlaneError,
-    _child_setup,
-    stop_process,
-)
+from dev.controlplane import ControlPlane, ControlPlaneError
 from dev.operators import BUILD_SCRIPT as OPERATORS_BUILD_SCRIPT
 from dev.operators import (
     NAMES,
@@ -54,6 +47,8 @@ from dev.operators import (
     install_crds,
     pinned_module,
 )
+from dev.processes import child_setup, free_port, stop_process
+from dev.tools import BUILD_SCRIPT, REPO_ROOT
 from webhook.certificates.create import make_ca, make_serving_cert, write_pair
 
 STARTED = time.monotonic()
@@ -102,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         "(built once, cached)",
     )
     args = parser.parse_args(argv)
-    port = args.port or (8443 if _port_free(8443) else _free_port())
+    port = args.port or (8443 if _port_free(8443) else free_port())
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         for name in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the cleanup
@@ -317,7 +312,7 @@ def start_webhook(control_plane: ControlPlane, port: int) -> subprocess.Popen[by
     process = subprocess.Popen(
         [sys.executable, "-m", "webhook", *serve, *files],
         stdin=subprocess.DEVNULL,
-        preexec_fn=_child_setup,  # its own process group; killed if we are
+        preexec_fn=child_setup,  # its own process group; killed if we are
     )
     context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
     deadline = time.monotonic() + 30
@@ -438,13 +433,6 @@ def _port_free(port: int) -> bool:
         except OSError:
             return False
         return True
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 if __name__ == "__main__":

@@ -26,7 +26,9 @@ from typing import Any
 
 import pytest
 
-from dev.controlplane import DEFAULT_CONTROLLERS, ControlPlane, tools_dir
+from dev.components import DEFAULT_CONTROLLERS
+from dev.controlplane import ControlPlane
+from dev.tools import tools_dir
 from tests.support.catalog_facts import READY
 from tests.support.selfmanaged import (
     Release,
