@@ -5,7 +5,7 @@ kube-apiserver, kube-controller-manager v1.35.4 from Go modules), starts `tpu-we
 a throw-away CA, registers it exactly as the chart does in url mode (dev/chart.py, the real helm),
 waits until the API server calls it, and prints what to type in another shell. The CRDs of
 JobSet, LeaderWorkerSet, KubeRay and Kubeflow Trainer are installed so that every example can be
-created (from the operator builds when cached, else from their module zips; dev/operators.py);
+created (from the operator builds when cached, else from their module zips; dev/operator_crds.py);
 `--operators` also builds (once, cached) and starts the operators themselves. Ctrl-C (or SIGTERM)
 stops the webhook, the operators, then the control plane, and removes their temporary directory;
 an interrupted build removes its own. Without Go and without built tools, it says so and runs the
@@ -34,19 +34,18 @@ from types import FrameType
 
 from dev.chart import ChartError, url_mode_configurations, wait_until_live
 from dev.controlplane import ControlPlane, ControlPlaneError
-from dev.operators import BUILD_SCRIPT as OPERATORS_BUILD_SCRIPT
-from dev.operators import (
+from dev.operator_builds import BUILD_SCRIPT as OPERATORS_BUILD_SCRIPT
+from dev.operator_builds import (
     NAMES,
     TITLES,
     OperatorBuild,
     OperatorError,
-    Operators,
     builds_from,
     cache_root,
-    crd_dirs,
-    install_crds,
     pinned_module,
 )
+from dev.operator_crds import crd_dirs, install_crds
+from dev.operators import Operators
 from dev.processes import child_setup, free_port, stop_process
 from dev.tools import BUILD_SCRIPT, REPO_ROOT
 from webhook.certificates.create import make_ca, make_serving_cert, write_pair

@@ -33,7 +33,8 @@ import pytest
 from ruamel.yaml import YAML
 
 from dev.controlplane import ControlPlane
-from dev.operators import Operators, install_crds
+from dev.operator_crds import install_crds
+from dev.operators import Operators
 from dev.tools import REPO_ROOT
 from tests.corpus import controllers as ch
 from tests.e2e.test_owners import (
