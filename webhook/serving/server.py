@@ -30,12 +30,10 @@ log = logging.getLogger("tpu_webhook.server")
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line; review lines are already JSON and pass through."""
+    """One JSON object per line (review lines are written by the review log, not through here)."""
 
     def format(self, record: logging.LogRecord) -> str:
         message = record.getMessage()
-        if record.name == "tpu_webhook.review" and not record.exc_info:
-            return message
         line = {
             "time": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(
                 timespec="milliseconds"
