@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from cryptography import x509
 
 from webhook.certificates.create import CA_FILE, make_ca, service_names
-from webhook.certificates.kubeapi import MUTATING, VALIDATING, ApiError, Conflict, KubeApi
+from webhook.certificates.kubeapi import ApiError, Conflict, KubeApi
 from webhook.certificates.rotation import (
     Change,
     Plan,
@@ -40,6 +40,7 @@ from webhook.certificates.rotation import (
     read_secret,
     trusted_everywhere,
 )
+from webhook.registration import MUTATING, VALIDATING, Configuration
 from webhook.settings import Settings
 
 log = logging.getLogger("tpu_webhook.certificates")
@@ -60,7 +61,7 @@ class Served(Protocol):
 class Target:
     namespace: str
     secret: str
-    configurations: tuple[tuple[str, str], ...]  # (kind, name)
+    configurations: tuple[tuple[Configuration, str], ...]  # (kind, name)
     ca_secret: str = ""  # the CA-only Secret (ca.crt alone), if any
 
     @property
@@ -267,7 +268,7 @@ class SecretCertificates:
                 trusted.append(_common(bundles))
         return trusted
 
-    def _publish_to(self, kind: str, name: str, bundle: str, read_at: float) -> set[str]:
+    def _publish_to(self, kind: Configuration, name: str, bundle: str, read_at: float) -> set[str]:
         """The caBundles of the configuration's entries once `bundle` is published there."""
         for _ in range(2):  # a conflict: another replica patched it just now; read it again
             configuration = self.api.read_configuration(kind, name)
