@@ -23,8 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from dev.controlplane import stop_process, wait_until
-from tests.support.webhook_process import free_port
+from dev.processes import free_port, stop_process, wait_until
 
 SOURCE = Path(__file__).with_name("floor") / "main.go"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tpu-webhook" / "tools"

@@ -3,7 +3,7 @@
 - policy: parse (msgspec envelope) + decide + build the response + serialize (orjson), the work
   the issue's "~12 µs with msgspec" figure describes;
 - asgi: the whole admission handler of `create_app(Settings())` called as ASGI, with its
-  metrics and its structured log line (to a file, as the server's JSON formatter writes it);
+  metrics and its review log line (to a file, as `serve` writes it to its stderr);
 - ceiling: the ceiling server's decode + fixed answer.
 The difference between a server's CPU per request and `asgi` is uvicorn, httptools and TLS.
 """
@@ -11,7 +11,6 @@ The difference between a server's CPU per request and `asgi` is uvicorn, httptoo
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import sys
 import tempfile
@@ -30,7 +29,6 @@ from webhook.admission.dispatch import review_request
 from webhook.admission.responses import build_response
 from webhook.admission.review import parse_review
 from webhook.serving.app import WebhookApp, create_app
-from webhook.serving.server import JsonFormatter
 from webhook.settings import Settings
 
 
@@ -116,22 +114,13 @@ def _asgi_us(app: WebhookApp, review: Review, budget: float) -> float:
 
 @contextmanager
 def _review_log() -> Iterator[Path]:
-    """Review lines go to a scratch file, as `serve` writes them to its stderr.
-
-    Both ways the webhook has written them are covered: through `logging` (a handler with the
-    server's JSON formatter) and straight to file descriptor 2 (redirected for the duration).
-    """
-    logger = logging.getLogger("tpu_webhook.review")
+    """Review lines go to a scratch file, as `serve` writes them to its stderr: the review log
+    writes straight to file descriptor 2, redirected for the duration."""
     with tempfile.TemporaryDirectory(prefix="bench-log-") as directory:
         path = Path(directory) / "review.log"
-        handler = logging.FileHandler(path)
-        handler.setFormatter(JsonFormatter())
-        saved = (logger.handlers[:], logger.level, logger.propagate)
-        logger.handlers[:], logger.propagate = [handler], False
-        logger.setLevel(logging.INFO)
         sys.stderr.flush()
         stderr = os.dup(2)
-        scratch = os.open(path, os.O_WRONLY | os.O_APPEND)
+        scratch = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         os.dup2(scratch, 2)
         try:
             yield path
@@ -139,6 +128,3 @@ def _review_log() -> Iterator[Path]:
             os.dup2(stderr, 2)
             os.close(stderr)
             os.close(scratch)
-            logger.handlers[:], logger.propagate = saved[0], saved[2]
-            logger.setLevel(saved[1])
-            handler.close()

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.webhook_process import free_port
+from dev.processes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent  # `python -m bench.ceiling` runs from here
 HOST = "127.0.0.1"  # the only address the benchmark talks to

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dev.controlplane import REPO_ROOT, ControlPlane, tools_dir
+from dev.controlplane import ControlPlane
+from dev.tools import REPO_ROOT, tools_dir
 from webhook.manifests import objects_in
 
 CHART = REPO_ROOT / "charts" / "tpu-webhook"

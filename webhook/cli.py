@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import base64
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -18,7 +18,13 @@ from pydantic import ValidationError
 
 from webhook.admission.dispatch import Cluster, Policy
 from webhook.catalog import CatalogError, load_catalog
-from webhook.certs import CA_FILE, make_ca, make_serving_cert, service_names, write_pair
+from webhook.certificates.create import (
+    CA_FILE,
+    make_ca,
+    make_serving_cert,
+    service_names,
+    write_pair,
+)
 from webhook.examples import KINDS, example_manifests
 from webhook.manifests import ManifestError, read_objects
 from webhook.offline import Result, admit
@@ -70,8 +76,30 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(metavar="COMMAND")
+    _serve_command(sub.add_parser("serve", help="run the admission webhook over HTTPS"))
+    _certs_command(
+        sub.add_parser("certs", help="make a CA and a serving certificate for the webhook")
+    )
+    _offline_command(
+        sub.add_parser("check", help="check manifests as the webhook would"),
+        _check,
+        ["text", "json", "yaml"],
+    )
+    _offline_command(
+        sub.add_parser("render", help="print manifests as they would be stored"),
+        _render,
+        ["yaml", "json"],
+    )
+    _rules_command(
+        sub.add_parser("rules", help="every rule code, or what one checks and how to fix it")
+    )
+    _explain_command(
+        sub.add_parser("explain", help="what a TPU shape needs, with a ready manifest")
+    )
+    return parser
 
-    serve = sub.add_parser("serve", help="run the admission webhook over HTTPS")
+
+def _serve_command(serve: argparse.ArgumentParser) -> None:
     for flag, kind, text in (
         ("--host", str, "address to listen on (default 127.0.0.1)"),
         ("--port", int, "port (default 8443; 0 picks a free one)"),
@@ -86,7 +114,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         serve.add_argument(flag, type=kind, help=text)
     serve.set_defaults(run=_serve)
 
-    certs = sub.add_parser("certs", help="make a CA and a serving certificate for the webhook")
+
+def _certs_command(certs: argparse.ArgumentParser) -> None:
     certs.add_argument("--service", default="tpu-webhook")
     certs.add_argument("--namespace", default="tpu-webhook")
     certs.add_argument("--out", type=Path, default=Path("certs"))
@@ -96,46 +125,47 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     certs.add_argument("--ca-days", type=int, default=3650, help="CA validity")
     certs.set_defaults(run=_certs)
 
-    for name, text, run in (
-        ("check", "check manifests as the webhook would", _check),
-        ("render", "print manifests as they would be stored", _render),
-    ):
-        command = sub.add_parser(name, help=text)
-        command.add_argument(
-            "-f",
-            "--filename",
-            required=True,
-            action="append",
-            help="file, directory or - for stdin (repeatable)",
-        )
-        command.add_argument(
-            "--catalog", type=Path, help="TPU catalog file extending the packaged one"
-        )
-        command.add_argument(
-            "--cluster-objects",
-            action="append",
-            default=[],
-            metavar="PATH",
-            help="a cluster's objects the decisions read (ComputeClasses...): file or directory, "
-            "e.g. `kubectl get computeclasses -o yaml` saved (repeatable); the manifests' own "
-            "are read too",
-        )
-        command.add_argument(
-            "--profile",
-            choices=["standard", "autopilot"],
-            default="standard",
-            help="also apply what GKE Autopilot refuses (host namespaces, host ports...)",
-        )
-        formats = ["text", "json", "yaml"] if name == "check" else ["yaml", "json"]
-        command.add_argument("-o", "--output", choices=formats, default=formats[0])
-        command.set_defaults(run=run)
 
-    rules = sub.add_parser("rules", help="every rule code, or what one checks and how to fix it")
+def _offline_command(
+    command: argparse.ArgumentParser,
+    run: Callable[[argparse.Namespace], int],
+    formats: list[str],
+) -> None:
+    """`check` and `render`: manifests in, decided offline; `formats`, the first the default."""
+    command.add_argument(
+        "-f",
+        "--filename",
+        required=True,
+        action="append",
+        help="file, directory or - for stdin (repeatable)",
+    )
+    command.add_argument("--catalog", type=Path, help="TPU catalog file extending the packaged one")
+    command.add_argument(
+        "--cluster-objects",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a cluster's objects the decisions read (ComputeClasses...): file or directory, "
+        "e.g. `kubectl get computeclasses -o yaml` saved (repeatable); the manifests' own "
+        "are read too",
+    )
+    command.add_argument(
+        "--profile",
+        choices=["standard", "autopilot"],
+        default="standard",
+        help="also apply what GKE Autopilot refuses (host namespaces, host ports...)",
+    )
+    command.add_argument("-o", "--output", choices=formats, default=formats[0])
+    command.set_defaults(run=run)
+
+
+def _rules_command(rules: argparse.ArgumentParser) -> None:
     rules.add_argument("code", nargs="?", help="a rule code, e.g. tpu.chips-per-host")
     rules.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
     rules.set_defaults(run=_rules)
 
-    explain = sub.add_parser("explain", help="what a TPU shape needs, with a ready manifest")
+
+def _explain_command(explain: argparse.ArgumentParser) -> None:
     explain.add_argument("accelerator", help="e.g. tpu-v6e-slice")
     explain.add_argument("topology", nargs="?", help="e.g. 4x4 (all topologies when omitted)")
     explain.add_argument(
@@ -147,7 +177,6 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     explain.add_argument("--catalog", type=Path)
     explain.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
     explain.set_defaults(run=_explain)
-    return parser
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -2,12 +2,14 @@
 send the webhook, from one definition.
 
 - `rules()`, `tpu_match_expression()` and `spec_changed_expression()` are generated from the
-  policy's workload table (group, version, resource, where each kind keeps its pod specs). The
-  chart ships them as `files/webhook-rules.json`, `files/tpu-workload.cel` and
-  `files/spec-changed.cel` (`make chart-files`; a unit test keeps them identical), and its
+  policy's workload table (group, version, resource, where each kind keeps its pod specs), and
+  the entries of both configurations from `HOOKS`. The chart ships them as
+  `files/webhook-rules.json`, `files/tpu-workload.cel`, `files/spec-changed.cel` and
+  `files/webhooks.json` (`make chart-files`; a unit test keeps them identical), and its
   templates/webhooks.yaml renders the configurations from those files.
-- `url_configurations()` is what the chart renders in url mode with its default values: what
-  `tpu-webhook serve` prints in development mode. tests/chart checks it against `helm template`.
+- `url_configurations()` is what the chart renders in url mode with its default values, from the
+  same definitions: what `tpu-webhook serve` prints in development mode. tests/chart checks it
+  against `helm template`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import base64
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -186,27 +188,53 @@ def spec_changed_expression(kinds: Iterable[Kind] | None = None) -> str:
 # ------------------------------------------------------------------------- configurations
 
 
+Configuration = Literal["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
+#: namespaces in warn mode: not selected on, excluded (while warn mode is on) or the only ones
+WarnNamespaces = Literal["any", "exclude", "only"]
+#: whose failurePolicy: webhook.failurePolicy, webhook.validating.updateFailurePolicy or
+#: webhook.warnMode.failurePolicy
+FailurePolicyOf = Literal["create", "update", "warn"]
+
+
 @dataclass(frozen=True, slots=True)
 class Hook:
-    """One webhook entry, as charts/tpu-webhook/templates/webhooks.yaml writes it."""
+    """One webhook entry of the configurations (the chart renders them from files/webhooks.json).
+
+    UPDATEs have an entry and a failurePolicy of their own: the cluster's own machinery (the
+    garbage collector, the Job controller, Kueue) updates TPU workloads, and an outage of the
+    webhook must not stop it; an UPDATE that leaves the spec as it was is never sent. The
+    mutating entry is invoked again when another webhook changed the object (our patches only
+    add what is missing). Namespaces labelled for warn mode go to /validate/warn, where
+    violations come back as warnings.
+    """
 
     name: str  # prefix of <name>.tpu-webhook.io
-    configuration: str  # MutatingWebhookConfiguration | ValidatingWebhookConfiguration
+    configuration: Configuration
     path: str
     operations: tuple[str, ...]
-    warn: str  # namespaces in warn mode: "any" (not selected on), "exclude" or "only"
-    # whose failurePolicy: "create" (webhook.failurePolicy), "update"
-    # (webhook.validating.updateFailurePolicy) or "warn" (webhook.warnMode.failurePolicy)
-    failure_policy: str = "create"
+    warn: WarnNamespaces
+    failure_policy: FailurePolicyOf = "create"
     spec_changed: bool = False  # an UPDATE is sent only when it changes the spec
     reinvocation: bool = False
 
+    def chart_entry(self) -> dict[str, Any]:
+        """As files/webhooks.json carries it for templates/webhooks.yaml."""
+        return {
+            "name": self.name,
+            "configuration": self.configuration,
+            "path": self.path,
+            "operations": list(self.operations),
+            "warn": self.warn,
+            "failurePolicy": self.failure_policy,
+            "specChanged": self.spec_changed,
+            "reinvocation": self.reinvocation,
+        }
 
-VALIDATING = "ValidatingWebhookConfiguration"
+
+MUTATING: Configuration = "MutatingWebhookConfiguration"
+VALIDATING: Configuration = "ValidatingWebhookConfiguration"
 HOOKS = (
-    Hook(
-        "mutate", "MutatingWebhookConfiguration", "/mutate", ("CREATE",), "any", reinvocation=True
-    ),
+    Hook("mutate", MUTATING, "/mutate", ("CREATE",), "any", reinvocation=True),
     Hook("validate", VALIDATING, "/validate", ("CREATE",), "exclude"),
     Hook(
         "validate-update",
@@ -336,8 +364,13 @@ def chart_files() -> dict[str, str]:
     return {
         "tpu-workload.cel": tpu_match_expression() + "\n",
         "spec-changed.cel": spec_changed_expression() + "\n",
-        "webhook-rules.json": orjson.dumps(rules(), option=orjson.OPT_INDENT_2).decode() + "\n",
+        "webhook-rules.json": _json(rules()),
+        "webhooks.json": _json([hook.chart_entry() for hook in HOOKS]),
     }
+
+
+def _json(data: Any) -> str:
+    return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n"
 
 
 if __name__ == "__main__":  # `make chart-files`

@@ -59,7 +59,7 @@ class Settings(BaseSettings):
     print_webhook_configs: bool = True
     # selfManaged certificates (the chart's certificates.mode=selfManaged): the server keeps its
     # CA and serving certificate in this Secret and the caBundle of the named configurations
-    # current through the Kubernetes API (webhook/serving/selfmanaged.py). Empty: files.
+    # current through the Kubernetes API (webhook/certificates/selfmanaged.py). Empty: files.
     cert_secret: str = ""
     cert_secret_namespace: str = ""
     # A Secret (same namespace) that gets only ca.crt, the CAs of the caBundle, for whoever must

@@ -26,7 +26,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from ruamel.yaml import YAML
 
 from dev.chart import url_mode_configurations
-from dev.controlplane import REPO_ROOT, ControlPlane, tools_dir
+from dev.controlplane import ControlPlane
+from dev.tools import REPO_ROOT, tools_dir
 from tests.support.webhook_process import make_certs
 from webhook.catalog import load_catalog
 from webhook.policy.workloads import WORKLOADS

@@ -30,7 +30,7 @@ from tests.support.image import BuiltImage
 from tests.support.kubernetes_service import kubernetes_service
 from tests.support.node import ClusterNode
 from tests.support.selfmanaged import CHART, pem_certificates, verifies
-from webhook.certs import make_ca
+from webhook.certificates.create import make_ca
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 

@@ -26,7 +26,9 @@ from typing import Any
 
 import pytest
 
-from dev.controlplane import DEFAULT_CONTROLLERS, ControlPlane, tools_dir
+from dev.components import DEFAULT_CONTROLLERS
+from dev.controlplane import ControlPlane
+from dev.tools import tools_dir
 from tests.support.catalog_facts import READY
 from tests.support.selfmanaged import (
     Release,
@@ -37,9 +39,10 @@ from tests.support.selfmanaged import (
     verifies,
 )
 from tests.support.webhook_process import WebhookProcess, make_certs
-from webhook.certs import make_ca
-from webhook.serving.rotation import RENEW, Plan, next_change
-from webhook.serving.selfmanaged import Conflict, KubeApi, SecretCertificates, Target, stored_of
+from webhook.certificates.create import make_ca
+from webhook.certificates.kubeapi import Conflict, KubeApi
+from webhook.certificates.rotation import RENEW, Plan, next_change
+from webhook.certificates.selfmanaged import SecretCertificates, Target, stored_of
 from webhook.serving.tls import ServingTLS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -173,7 +176,7 @@ def test_start_up_in_file_mode_for_comparison(
     # microseconds; the other modes never import it).
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-c",
-         "import webhook.serving.server, webhook.serving.selfmanaged"],
+         "import webhook.serving.server, webhook.certificates.selfmanaged"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     cumulative = {
@@ -181,7 +184,7 @@ def test_start_up_in_file_mode_for_comparison(
         for line in proc.stderr.splitlines()
         if line.startswith("import time:") and "|" in line and line.split("|")[1].strip().isdigit()
     }
-    for module in ("webhook.serving.server", "webhook.serving.selfmanaged"):
+    for module in ("webhook.serving.server", "webhook.certificates.selfmanaged"):
         certificate_figures[f"import {module} (cumulative, after the ones before)"] = (
             f"{cumulative[module] / 1000:.0f} ms"
         )

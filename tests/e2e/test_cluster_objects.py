@@ -25,7 +25,7 @@ import pytest
 
 from dev.chart import _template, url_mode_configurations
 from dev.controlplane import ControlPlane
-from dev.operators import crd_dirs, install_crds
+from dev.operator_crds import crd_dirs, install_crds
 from tests.support.webhook_process import WebhookProcess, make_certs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from dev.controlplane import REPO_ROOT, ControlPlane
+from dev.controlplane import ControlPlane
 from dev.operators import Operators
+from dev.tools import REPO_ROOT
 from tests.unit.test_examples import EXAMPLES, owner_groups, says
 
 pytestmark = pytest.mark.e2e

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from dev.controlplane import REPO_ROOT, tools_dir
+from dev.tools import REPO_ROOT, tools_dir
 
 pytestmark = pytest.mark.e2e
 

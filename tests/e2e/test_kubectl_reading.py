@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from dev.controlplane import ControlPlane, tools_dir
+from dev.controlplane import ControlPlane
+from dev.tools import tools_dir
 from tests.support.manifest_cases import CASES, HEAD, Case
 from tests.unit.test_manifests import same_json
 

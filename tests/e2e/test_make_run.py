@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from dev.controlplane import REPO_ROOT, tools_dir
-from dev.operators import NAMES, crd_files, module_crds, operator_builds
-from tests.support.webhook_process import free_port
+from dev.operator_builds import NAMES, operator_builds
+from dev.operator_crds import crd_files, module_crds
+from dev.processes import free_port
+from dev.tools import REPO_ROOT, tools_dir
 from tests.unit.test_examples import EXAMPLES, owner_groups, says
 
 pytestmark = pytest.mark.e2e

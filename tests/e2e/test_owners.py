@@ -28,8 +28,9 @@ from typing import Any, TypeVar
 import pytest
 
 from dev.chart import url_mode_configurations
-from dev.controlplane import REPO_ROOT, ControlPlane
+from dev.controlplane import ControlPlane
 from dev.operators import Operators
+from dev.tools import REPO_ROOT
 from tests.e2e.conftest import wait_until_denied
 from tests.support.webhook_process import WebhookProcess
 from webhook.catalog.tpu import OPT_OUT_LABEL

@@ -20,7 +20,7 @@ import pytest
 
 from dev.chart import url_mode_configurations
 from dev.controlplane import ControlPlane
-from dev.operators import crd_dirs, install_crds
+from dev.operator_crds import crd_dirs, install_crds
 from webhook.registration import Kind, rules, tpu_match_expression
 
 pytestmark = pytest.mark.e2e

@@ -32,8 +32,10 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from dev.controlplane import REPO_ROOT, ControlPlane
-from dev.operators import Operators, install_crds
+from dev.controlplane import ControlPlane
+from dev.operator_crds import install_crds
+from dev.operators import Operators
+from dev.tools import REPO_ROOT
 from tests.corpus import controllers as ch
 from tests.e2e.test_owners import (
     INDEX,

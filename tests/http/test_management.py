@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 from tests.http.conftest import review, tpu_pod
 from tests.support.catalog_facts import READY
 from tests.support.webhook_process import make_certs
-from webhook.certs import make_serving_cert, write_pair
+from webhook.certificates.create import make_serving_cert, write_pair
 from webhook.serving.app import create_app
 from webhook.serving.tls import ServingTLS
 from webhook.settings import Settings

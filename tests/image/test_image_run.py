@@ -30,8 +30,9 @@ import pytest
 from packaging.utils import canonicalize_name
 from ruamel.yaml import YAML
 
-from dev.controlplane import tools_dir
 from dev.lock import RUNTIME_LOCK
+from dev.processes import free_port
+from dev.tools import tools_dir
 from tests.support.audit import LIST_DISTRIBUTIONS, lock_packages, sbom_packages
 from tests.support.image import (
     BuiltImage,
@@ -41,7 +42,7 @@ from tests.support.image import (
     podman,
     proc_ids,
 )
-from tests.support.webhook_process import free_port, make_certs
+from tests.support.webhook_process import make_certs
 
 pytestmark = pytest.mark.e2e
 

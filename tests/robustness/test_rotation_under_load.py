@@ -30,7 +30,7 @@ from tests.robustness.conftest import (
     write_figures,
 )
 from tests.support.webhook_process import WebhookProcess, make_certs
-from webhook.certs import KeyPair, make_serving_cert
+from webhook.certificates.create import KeyPair, make_serving_cert
 
 KEEP_ALIVE_CLIENTS = 8
 RECONNECTING_CLIENTS = 2

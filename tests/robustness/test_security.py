@@ -26,7 +26,7 @@ from tests.robustness.conftest import (
     single_host_pod,
 )
 from tests.support.webhook_process import WebhookProcess, make_certs
-from webhook.certs import make_ca, make_serving_cert
+from webhook.certificates.create import make_ca, make_serving_cert
 
 SENTINEL = "s3cr3t-sentinel-7f1c"
 pytestmark = pytest.mark.timeout(60)

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from tests.support.catalog_facts import ACCELERATORS
 from tests.support.webhook_process import make_certs
-from webhook.certs import make_ca, make_serving_cert
+from webhook.certificates.create import make_ca, make_serving_cert
 from webhook.serving.app import create_app
 from webhook.serving.tls import ServingTLS
 from webhook.settings import Settings

@@ -13,7 +13,8 @@ import threading
 import time
 from pathlib import Path
 
-from tests.support.webhook_process import WebhookProcess, free_port, make_certs
+from dev.processes import free_port
+from tests.support.webhook_process import WebhookProcess, make_certs
 
 TPU_POD = {
     "apiVersion": "v1",

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from tests.support.catalog_facts import READY
 from tests.support.webhook_process import WebhookProcess, make_certs
-from webhook.certs import KeyPair, make_serving_cert, write_pair
+from webhook.certificates.create import KeyPair, make_serving_cert, write_pair
 from webhook.serving.tls import ServingTLS
 
 FAILING_SECONDS = 1.0  # the server's cert_reload_failing_seconds in these tests

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.webhook_process import WebhookProcess, make_certs
-from webhook.certs import make_serving_cert, write_pair
+from webhook.certificates.create import make_serving_cert, write_pair
 from webhook.serving.tls import ServingTLS
 
 REVIEW = json.dumps(

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from dev.controlplane import REPO_ROOT, ControlPlane, tools_dir
+from dev.controlplane import ControlPlane
+from dev.tools import REPO_ROOT, tools_dir
 
 LOGS_ROOT = REPO_ROOT / ".e2e-logs"
 FIXTURE = "control_plane"

@@ -21,7 +21,8 @@ import threading
 from collections.abc import Iterator
 from urllib.parse import urlparse
 
-from dev.controlplane import SERVICE_CLUSTER_IP_RANGE, ControlPlane
+from dev.components import SERVICE_CLUSTER_IP_RANGE
+from dev.controlplane import ControlPlane
 
 PORT = 443
 

@@ -55,19 +55,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from dev.controlplane import (
-    _CA,
-    DEFAULT_CONTROLLERS,
-    ControlPlane,
-    ControlPlaneError,
-    Started,
-    _cert_pem,
-    _child_setup,
-    _free_port,
-    check_alive,
-    stop_process,
-    wait_until,
-)
+from dev.components import DEFAULT_CONTROLLERS
+from dev.controlplane import ControlPlane, ControlPlaneError
+from dev.pki import ClusterCA, cert_pem
+from dev.processes import Started, check_alive, child_setup, free_port, stop_process, wait_until
 from tests.support.node_cleanup import clean_up, machine_state
 from tests.support.node_config import (
     ADMISSION_CONFIG,
@@ -380,7 +371,7 @@ class ClusterNode(Started):
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=self.workdir,
-            preexec_fn=_child_setup,  # own process group, SIGKILL when the test process dies
+            preexec_fn=child_setup,  # own process group, SIGKILL when the test process dies
         )
         self._procs.append((name, proc))
         self._state["pids"].append(proc.pid)
@@ -422,7 +413,7 @@ class ClusterNode(Started):
                 f"--authorization-kubeconfig={self.cp.kubeconfig}",
                 "--leader-elect=false",
                 "--bind-address=127.0.0.1",
-                f"--secure-port={_free_port()}",
+                f"--secure-port={free_port()}",
             ],
         )
 
@@ -435,11 +426,11 @@ class ClusterNode(Started):
         """With the node flags; the API server's client certificate towards the kubelet comes
         from a CA only the kubelet trusts."""
         pki = self.workdir / "pki"
-        node_ca = _CA()
+        node_ca = ClusterCA()
         client_crt, client_key = node_ca.issue(
             "kube-apiserver-kubelet-client", organizations=("system:masters",), client=True
         )
-        (pki / "node-ca.crt").write_bytes(_cert_pem(node_ca.cert))
+        (pki / "node-ca.crt").write_bytes(cert_pem(node_ca.cert))
         (pki / "kubelet-client.crt").write_bytes(client_crt)
         (pki / "kubelet-client.key").write_bytes(client_key)
         (pki / "admission.json").write_text(json.dumps(ADMISSION_CONFIG))

@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from dev.controlplane import SERVICE_CLUSTER_IP_RANGE
+from dev.components import SERVICE_CLUSTER_IP_RANGE
 
 NODE_NAME = "tpu-e2e-node"
 TPU_LABELS = {

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from dev.controlplane import REPO_ROOT, tools_dir
+from dev.tools import REPO_ROOT, tools_dir
 from tests.support.image import BuiltImage
 from tests.support.image import built_image as build_image
 from tests.support.node import DRA_NODE_LABELS, ClusterNode

@@ -18,7 +18,8 @@ from collections.abc import Iterator
 import pytest
 
 from dev.controlplane import ControlPlane
-from dev.operators import TITLES, Operators, operator_builds
+from dev.operator_builds import TITLES, operator_builds
+from dev.operators import Operators
 
 FIXTURES = ("operators", "trainer_operator")
 #: The operators of the session's ``operators``.

@@ -25,8 +25,9 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from dev.controlplane import REPO_ROOT, ControlPlane, stop_process
-from tests.support.webhook_process import free_port
+from dev.controlplane import ControlPlane
+from dev.processes import free_port, stop_process
+from dev.tools import REPO_ROOT
 
 CHART = REPO_ROOT / "charts" / "tpu-webhook"
 KINDS = ("mutatingwebhookconfiguration", "validatingwebhookconfiguration")

@@ -13,10 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from dev.controlplane import _free_port, stop_process
-from webhook.certs import KeyPair, make_ca, make_serving_cert, write_pair
-
-free_port = _free_port  # a free loopback port (the control plane's own helper)
+from dev.processes import free_port, stop_process
+from webhook.certificates.create import KeyPair, make_ca, make_serving_cert, write_pair
 
 
 def make_certs(directory: Path, client: bool = False) -> KeyPair:

@@ -1,5 +1,5 @@
-"""The selfManaged mode's decisions (webhook/serving/rotation.py): renewal timing, bundle merging,
-and each step of a renewal, on a simulated clock and simulated webhook configurations.
+"""The selfManaged mode's decisions (webhook/certificates/rotation.py): renewal timing, bundle
+merging, and each step of a renewal, on a simulated clock and simulated webhook configurations.
 
 `World` plays what the API server and the replicas do between decisions: the Secret applies a
 Change, the configurations take the Secret's ca.crt when a replica publishes it.
@@ -15,7 +15,7 @@ from cryptography import x509
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.certs import (
+from webhook.certificates.create import (
     CA_FILE,
     CA_KEY_FILE,
     CERT_FILE,
@@ -24,7 +24,7 @@ from webhook.certs import (
     make_ca,
     make_serving_cert,
 )
-from webhook.serving.rotation import (
+from webhook.certificates.rotation import (
     ISSUED_AT,
     RENEW,
     RENEWED,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dev.controlplane import REPO_ROOT
+from dev.tools import REPO_ROOT
 from webhook.admission.dispatch import Policy
 from webhook.catalog import load_catalog
 from webhook.manifests import read_objects

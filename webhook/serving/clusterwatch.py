@@ -19,8 +19,8 @@ from typing import Any
 
 from webhook.admission.dispatch import Cluster
 from webhook.catalog.tpu import Catalog
+from webhook.certificates.kubeapi import ApiError, KubeApi
 from webhook.policy.cluster import ClusterView, view_for
-from webhook.serving.kubeapi import ApiError, KubeApi
 
 log = logging.getLogger("tpu_webhook.cluster")
 

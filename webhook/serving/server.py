@@ -19,7 +19,7 @@ from pathlib import Path
 import orjson
 import uvicorn
 
-from webhook.certs import CA_FILE, CERT_FILE, KEY_FILE, ensure_dev_certs
+from webhook.certificates.create import CA_FILE, CERT_FILE, KEY_FILE, ensure_dev_certs
 from webhook.registration import development_configurations
 from webhook.serving.app import Webhook, create_app
 from webhook.serving.protocol import WebhookHttpProtocol, WebhookLoop
@@ -30,12 +30,10 @@ log = logging.getLogger("tpu_webhook.server")
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line; review lines are already JSON and pass through."""
+    """One JSON object per line (review lines are written by the review log, not through here)."""
 
     def format(self, record: logging.LogRecord) -> str:
         message = record.getMessage()
-        if record.name == "tpu_webhook.review" and not record.exc_info:
-            return message
         line = {
             "time": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(
                 timespec="milliseconds"
@@ -135,7 +133,7 @@ def serve(settings: Settings) -> int:
 
 def _self_managed(settings: Settings, tls: ServingTLS) -> CertificateSource:
     """The selfManaged mode's source; imported here so other modes never load `kubernetes`."""
-    from webhook.serving.selfmanaged import SecretCertificates
+    from webhook.certificates.selfmanaged import SecretCertificates
 
     return SecretCertificates.from_settings(settings, tls)
 
@@ -143,8 +141,8 @@ def _self_managed(settings: Settings, tls: ServingTLS) -> CertificateSource:
 def _watch_cluster(settings: Settings, webhook: Webhook) -> None:
     """The cluster watcher, run by the app; imported here so other modes never load
     `kubernetes`."""
+    from webhook.certificates.kubeapi import KubeApi
     from webhook.serving.clusterwatch import ClusterWatch
-    from webhook.serving.kubeapi import KubeApi
 
     watch = ClusterWatch(
         KubeApi.connect(settings.kubeconfig),

@@ -1,7 +1,7 @@
 """selfManaged certificates, decided: what the Secret should hold next, given what it holds and
 what the webhook configurations trust, and what the CA-only Secret should hold. Pure: no API
 calls and no clock (`now` is passed in), so every step of a renewal is a unit test;
-webhook/serving/selfmanaged.py does the I/O.
+webhook/certificates/selfmanaged.py does the I/O.
 
 The Secret's data: `ca.crt` every CA the configurations must trust, oldest first (their caBundle);
 `ca.key` the key of the last of them, the one that signs; `tls.crt`/`tls.key` the serving pair.
@@ -32,8 +32,8 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 
-from webhook.certs import CA_FILE, CA_KEY_FILE, CERT_FILE, KEY_FILE, KeyPair, make_ca
-from webhook.certs import make_serving_cert as make_leaf
+from webhook.certificates.create import CA_FILE, CA_KEY_FILE, CERT_FILE, KEY_FILE, KeyPair, make_ca
+from webhook.certificates.create import make_serving_cert as make_leaf
 
 RENEW = "tpu-webhook.io/renew"
 RENEWED = "tpu-webhook.io/renewed"

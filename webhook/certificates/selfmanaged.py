@@ -24,13 +24,13 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from cryptography import x509
 
-from webhook.certs import CA_FILE, make_ca, service_names
-from webhook.serving.kubeapi import MUTATING, VALIDATING, ApiError, Conflict, KubeApi
-from webhook.serving.rotation import (
+from webhook.certificates.create import CA_FILE, make_ca, service_names
+from webhook.certificates.kubeapi import ApiError, Conflict, KubeApi
+from webhook.certificates.rotation import (
     Change,
     Plan,
     Stored,
@@ -40,7 +40,7 @@ from webhook.serving.rotation import (
     read_secret,
     trusted_everywhere,
 )
-from webhook.serving.tls import ServingTLS
+from webhook.registration import MUTATING, VALIDATING, Configuration
 from webhook.settings import Settings
 
 log = logging.getLogger("tpu_webhook.certificates")
@@ -48,11 +48,20 @@ log = logging.getLogger("tpu_webhook.certificates")
 MAX_WRITES = 6  # Secret writes one pass may make (a renewal's steps that need no waiting)
 
 
+class Served(Protocol):
+    """What serves the certificate (webhook.serving.tls.ServingTLS): a pair to serve from now on,
+    and a throwaway pair to answer handshakes with until then."""
+
+    def load_pem(self, cert: bytes, key: bytes) -> bool: ...
+
+    def load_placeholder(self, cert: bytes, key: bytes) -> None: ...
+
+
 @dataclass(frozen=True)
 class Target:
     namespace: str
     secret: str
-    configurations: tuple[tuple[str, str], ...]  # (kind, name)
+    configurations: tuple[tuple[Configuration, str], ...]  # (kind, name)
     ca_secret: str = ""  # the CA-only Secret (ca.crt alone), if any
 
     @property
@@ -74,7 +83,7 @@ class SecretCertificates:
 
     def __init__(
         self,
-        tls: ServingTLS,
+        tls: Served,
         api: KubeApi,
         target: Target,
         plan: Plan,
@@ -96,7 +105,7 @@ class SecretCertificates:
         self.public_error = ""  # of the last copy into the CA-only Secret
 
     @classmethod
-    def from_settings(cls, settings: Settings, tls: ServingTLS) -> SecretCertificates:
+    def from_settings(cls, settings: Settings, tls: Served) -> SecretCertificates:
         names = tuple(service_names(settings.cert_service, settings.cert_secret_namespace))
         configurations = tuple(
             (kind, name)
@@ -259,7 +268,7 @@ class SecretCertificates:
                 trusted.append(_common(bundles))
         return trusted
 
-    def _publish_to(self, kind: str, name: str, bundle: str, read_at: float) -> set[str]:
+    def _publish_to(self, kind: Configuration, name: str, bundle: str, read_at: float) -> set[str]:
         """The caBundles of the configuration's entries once `bundle` is published there."""
         for _ in range(2):  # a conflict: another replica patched it just now; read it again
             configuration = self.api.read_configuration(kind, name)

@@ -20,13 +20,13 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
+from webhook.registration import MUTATING, VALIDATING, Configuration
 from webhook.settings import StartupError
 
 FIELD_MANAGER = "tpu-webhook"
-MUTATING, VALIDATING = "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"
 TIMEOUT = (5.0, 10.0)  # seconds to connect, to read
 SECRET = "/api/v1/namespaces/{namespace}/secrets/{name}"
-CONFIGURATIONS = {
+CONFIGURATIONS: dict[Configuration, str] = {
     MUTATING: "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{name}",
     VALIDATING: "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}",
 }
@@ -74,7 +74,7 @@ class KubeApi:
         merge = "application/merge-patch+json"
         self._call("PATCH", SECRET, patch, merge, namespace=namespace, name=name)
 
-    def read_configuration(self, kind: str, name: str) -> dict[str, Any] | None:
+    def read_configuration(self, kind: Configuration, name: str) -> dict[str, Any] | None:
         """The configuration, or None when there is none of that name."""
         try:
             return self._call("GET", CONFIGURATIONS[kind], name=name)
@@ -83,7 +83,7 @@ class KubeApi:
                 return None
             raise
 
-    def patch_configuration(self, kind: str, name: str, patch: Mapping[str, Any]) -> None:
+    def patch_configuration(self, kind: Configuration, name: str, patch: Mapping[str, Any]) -> None:
         strategic = "application/strategic-merge-patch+json"  # webhooks merge by name
         self._call("PATCH", CONFIGURATIONS[kind], patch, strategic, name=name)
 
