@@ -6,7 +6,10 @@ BIN := $(VENV)/bin
 CODE := webhook tests dev $(wildcard bench)
 INSTALLED := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: install run fmt lint typecheck test test-unit test-e2e chart-test tools certs audit bench image image-check clean chart-files lock
+.PHONY: setup install run fmt lint typecheck test test-unit test-e2e chart-test tools certs audit bench image image-check clean chart-files lock
+
+setup:  ## the Debian packages the tests need (tests/tools/debian.sh): installs them as root or with sudo, else says how
+	@bash tests/tools/debian.sh
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,7 +41,7 @@ tools:  ## kube-apiserver, kube-controller-manager, etcd, kubectl, helm from Go 
 test-unit: install  ## no Go needed
 	$(BIN)/pytest -m "not e2e and not helm and not go"
 
-test-e2e: install tools
+test-e2e: setup install tools
 	$(BIN)/pytest -m e2e
 
 chart-test: install tools
@@ -51,10 +54,10 @@ audit: install  ## known vulnerabilities in the dev environment and in what the 
 lock: install  ## resolve docker/requirements.lock and docker/build-requirements.lock again (uv, every file's sha256; see dev/lock.py)
 	$(BIN)/python -m dev.lock
 
-test: install lint typecheck tools  ## everything CI runs
+test: setup install lint typecheck tools  ## everything CI runs
 	$(BIN)/pytest
 
-image:  ## the image from the Dockerfile without a Docker engine (buildah, Debian base; cached), and its SBOM next to it
+image: setup  ## the image from the Dockerfile without a Docker engine (buildah, Debian base; cached), and its SBOM next to it
 	bash docker/build-local.sh
 
 certs: install
