@@ -5,6 +5,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 CODE := webhook tests dev $(wildcard bench)
 INSTALLED := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+# The unit tier: no network, no Go, no Debian packages (markers: pyproject.toml).
+UNIT := not e2e and not helm and not go and not registry and not debian
 
 .PHONY: setup install run fmt lint typecheck test test-unit test-e2e chart-test tools certs audit bench image image-check clean chart-files lock
 
@@ -38,8 +40,8 @@ tools:  ## kube-apiserver, kube-controller-manager, etcd, kubectl, helm from Go 
 	bash tests/tools/build.sh
 	bash tests/tools/operators/build.sh  # JobSet, LeaderWorkerSet, KubeRay, Trainer operators (cached)
 
-test-unit: install  ## no Go needed
-	$(BIN)/pytest -m "not e2e and not helm and not go"
+test-unit: install  ## no network, no Go, no Debian packages (under 90 s on 2 cores)
+	$(BIN)/pytest -m "$(UNIT)"
 
 test-e2e: setup install tools
 	$(BIN)/pytest -m e2e

@@ -43,7 +43,7 @@ from tests.support.image import (
 )
 from tests.support.webhook_process import free_port, make_certs
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.debian]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "charts" / "tpu-webhook"

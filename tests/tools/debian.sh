@@ -2,7 +2,7 @@
 # The Debian packages the tests need (`make setup`, which `make test`, `make test-e2e` and
 # `make image` run first). Installs the missing ones with apt-get as root or with passwordless
 # sudo; otherwise stops with one line naming them and the apt-get command that installs them.
-# `--check` only reports.
+# `--check` only reports (the `debian_packages` fixture, tests/support/tiers.py).
 set -euo pipefail
 
 # The packages, by a command (or file) that shows each is there:
