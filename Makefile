@@ -5,8 +5,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 CODE := webhook tests dev $(wildcard bench)
 INSTALLED := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
-# The unit tier: no network, no Go, no Debian packages (markers: pyproject.toml).
-UNIT := not e2e and not helm and not go and not registry and not debian
+# The unit tier: no network, no Go, no Debian packages, nothing slow (markers: pyproject.toml).
+UNIT := not e2e and not helm and not go and not registry and not debian and not slow
 
 .PHONY: setup install run fmt lint typecheck test test-unit test-e2e chart-test tools certs audit bench image image-check clean chart-files lock
 
