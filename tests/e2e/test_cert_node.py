@@ -32,7 +32,7 @@ from tests.support.node import ClusterNode
 from tests.support.selfmanaged import CHART, pem_certificates, verifies
 from webhook.certificates.create import make_ca
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.e2e, pytest.mark.debian, pytest.mark.timeout(900)]
 
 RELEASE, SYSTEM, LOAD = "tpu", "tpu-webhook-system", "tpu-load"
 FULLNAME = f"{RELEASE}-tpu-webhook"

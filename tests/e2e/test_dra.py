@@ -61,7 +61,7 @@ HOSTS = 4
 CLAIM = "tpus"  # the Pod's name for its claim (spec.resourceClaims[0].name)
 SELECTOR_FIELD = "spec.spec.devices.requests[0].exactly.selectors[0].cel.expression"
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.e2e, pytest.mark.debian, pytest.mark.timeout(900)]
 
 
 def load(name: str) -> list[dict[str, Any]]:

@@ -43,7 +43,7 @@ SCENARIO_TIMEOUT_S = 300
 LOOP_INTERVAL_S = 0.05
 SETTLE_S = 3.0  # the loop keeps going this long after the change has completed
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(SCENARIO_TIMEOUT_S + 300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.debian, pytest.mark.timeout(SCENARIO_TIMEOUT_S + 300)]
 
 
 def kubectl_ok(

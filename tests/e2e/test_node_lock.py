@@ -1,6 +1,7 @@
 """One kubelet per machine: a second ClusterNode waits for the first one's lock and gives up
 with a message that says why, without starting anything. Uses its own lock path, so it never
-contends with a real node of another session."""
+contends with a real node of another session, and starts no node: it needs none of the node's
+Debian packages (their check is stubbed, and tested by itself)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from tests.support import node as node_module
 from tests.support import node_cleanup
-from tests.support.node import ClusterNode, NodeError, missing_debian_tools
+from tests.support.node import ClusterNode, NodeError
 
 
 @pytest.fixture
@@ -23,10 +24,21 @@ def private_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return lock
 
 
-def test_a_second_node_is_refused_while_the_lock_is_held(
-    private_lock: Path, tmp_path: Path
+def test_a_node_without_its_debian_packages_says_which_and_takes_no_lock(
+    private_lock: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert missing_debian_tools() == []  # .ci/run installs them; the lock is checked next
+    monkeypatch.setattr(node_module, "missing_debian_tools", lambda: ["containerd", "runc"])
+    node = ClusterNode(tmp_path / "no-tools", lock_timeout=0.5)
+    with pytest.raises(NodeError, match=r"^missing Debian packages: containerd runc \(make setup"):
+        node.start()
+    assert not private_lock.exists()
+    assert node.control_plane is None
+
+
+def test_a_second_node_is_refused_while_the_lock_is_held(
+    private_lock: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(node_module, "missing_debian_tools", lambda: [])  # the lock is next
     with private_lock.open("a+") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         second = ClusterNode(tmp_path / "no-tools", lock_timeout=0.5)

@@ -16,9 +16,9 @@ SBOM_NAME = "sbom.cdx.json"
 
 
 @pytest.fixture(scope="session")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def venv(tmp_path_factory: pytest.TempPathFactory, pypi: None) -> Path:
     """docker/install.sh run into a new venv, exactly as the builder stage runs it; its SBOM is
-    written next to it (the `sbom` fixture)."""
+    written next to it (the `sbom` fixture). From PyPI: its tests are marked `registry`."""
     target = tmp_path_factory.mktemp("image") / "venv"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "VIRTUAL_ENV"))}
     env["PYTHON"] = sys.executable

@@ -32,6 +32,7 @@ ADVISORY = Advisory("GHSA-aaaa-bbbb-cccc", ("CVE-2026-0001",), ("2.0",), "https:
 VULNERABLE = Finding("Some-Package", "1.0", newest="1.0", advisories=(ADVISORY,))
 
 
+@pytest.mark.registry
 @pytest.mark.timeout(INSTALL_TIMEOUT_S + 120)
 def test_the_sbom_ships_no_known_vulnerability_and_no_yanked_release(sbom: Path) -> None:
     shipped = sbom_packages(sbom)
@@ -45,6 +46,8 @@ def test_the_sbom_ships_no_known_vulnerability_and_no_yanked_release(sbom: Path)
     assert [f.name for f in report.not_on_pypi] == ["tpu-webhook"]
 
 
+@pytest.mark.registry
+@pytest.mark.usefixtures("pypi")
 def test_the_feed_reports_a_known_vulnerable_release() -> None:
     """pycrypto 2.6.1 is its project's newest release and has advisories: the audit must fail."""
     report = audit([("pycrypto", "2.6.1")])
@@ -54,6 +57,8 @@ def test_the_feed_reports_a_known_vulnerable_release() -> None:
     assert report.failed
 
 
+@pytest.mark.registry
+@pytest.mark.usefixtures("pypi")
 def test_a_release_below_the_newest_is_reported_as_not_audited() -> None:
     finding = check("jinja2", "2.10")
     assert not finding.audited

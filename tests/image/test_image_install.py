@@ -177,6 +177,7 @@ def wait_ready(server: Server) -> int:
     pytest.fail(f"no /readyz within {READY_TIMEOUT_S} s ({last!r}):\n{server.log_text()}")
 
 
+@pytest.mark.registry
 @pytest.mark.timeout(INSTALL_TIMEOUT_S + 60)
 def test_installed_server_becomes_ready_over_verified_https_and_stops_on_sigterm(
     server: Server,
@@ -201,6 +202,7 @@ def canonical(packages: list[tuple[str, str]]) -> set[tuple[str, str]]:
 INSTALLERS = {"pip", "setuptools", "wheel"}
 
 
+@pytest.mark.registry
 @pytest.mark.timeout(INSTALL_TIMEOUT_S + 60)
 def test_the_venv_holds_exactly_the_locked_distributions_and_no_installer(venv: Path) -> None:
     shipped = canonical(installed(venv / "bin" / "python"))
@@ -211,6 +213,7 @@ def test_the_venv_holds_exactly_the_locked_distributions_and_no_installer(venv: 
     assert not list((venv / "bin").glob("wheel*"))
 
 
+@pytest.mark.registry
 @pytest.mark.timeout(INSTALL_TIMEOUT_S + 60)
 def test_the_sbom_lists_the_venv_with_the_locked_hash_of_each_installed_file(
     venv: Path, sbom: Path
@@ -230,6 +233,8 @@ def test_the_sbom_lists_the_venv_with_the_locked_hash_of_each_installed_file(
     assert str(venv) not in sbom.read_text()
 
 
+@pytest.mark.registry
+@pytest.mark.usefixtures("pypi")
 def test_install_refuses_a_file_whose_hash_is_not_in_the_lock(tmp_path: Path) -> None:
     """A locked release whose downloaded bytes differ from every hash in the lock stops the build
     before anything is installed (here: six's real wheel against a forged hash)."""

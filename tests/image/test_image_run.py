@@ -44,7 +44,7 @@ from tests.support.image import (
 )
 from tests.support.webhook_process import make_certs
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.debian]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "charts" / "tpu-webhook"

@@ -22,7 +22,7 @@ from tests.robustness.conftest import run_async, write_figures
 from tests.support.webhook_process import WebhookProcess, make_certs
 
 HEADROOM = 0.75  # a mix may use at most this share of the chart's memory limit
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 
 @pytest.fixture(scope="module")

@@ -30,6 +30,8 @@ from tests.robustness.conftest import (
 )
 from tests.support.webhook_process import WebhookProcess
 
+pytestmark = pytest.mark.slow
+
 CONNECTIONS = 32
 WARM_UP_SECONDS = min(3.0, SOAK_SECONDS / 5)
 # Growth allowed between the mean RSS of the first and the last third of the measured run.

@@ -47,6 +47,8 @@ from webhook.policy import decide
 from webhook.policy.decide import Options
 from webhook.policy.workloads import workload_for
 
+pytestmark = pytest.mark.slow
+
 CATALOG = load_catalog(None)
 ACCELERATORS = sorted(CATALOG.accelerators)
 TOPOLOGIES = {name: list(a.shapes)[:16] for name, a in CATALOG.accelerators.items()}
@@ -75,6 +77,7 @@ names = st.one_of(
     st.text(min_size=1, max_size=12),  # unicode, spaces, control characters
     st.sampled_from(["a" * 60, "x" * 63, "train-" + "y" * 50]),
 )
+
 good_chips = st.sampled_from([1, 2, 4, 8, 16])
 chip_value = st.one_of(
     good_chips,

@@ -32,6 +32,8 @@ from tests.robustness.conftest import (
 from tests.support.webhook_process import WebhookProcess, make_certs
 from webhook.certificates.create import KeyPair, make_serving_cert
 
+pytestmark = pytest.mark.slow
+
 KEEP_ALIVE_CLIENTS = 8
 RECONNECTING_CLIENTS = 2
 ATOMIC_SWAPS = max(4, int(SOAK_SECONDS // 4))

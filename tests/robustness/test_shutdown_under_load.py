@@ -36,6 +36,8 @@ from tests.robustness.conftest import (
 )
 from tests.support.webhook_process import WebhookProcess, make_certs
 
+pytestmark = pytest.mark.slow
+
 CLIENTS = 16
 GRACE_PERIOD_SECONDS = 30
 LOAD_BEFORE_SIGNAL_SECONDS = min(10.0, max(3.0, SOAK_SECONDS / 4))

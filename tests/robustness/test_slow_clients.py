@@ -33,6 +33,8 @@ from tests.robustness.conftest import (
 )
 from tests.support.webhook_process import WebhookProcess, make_certs
 
+pytestmark = pytest.mark.slow
+
 SLOW_CONNECTIONS = 50
 FIRST_REQUEST_DEADLINE_SECONDS = 30  # the API server's longest webhook timeout
 SLACK_SECONDS = 10

@@ -29,7 +29,7 @@ from webhook.policy.bounds import MAX_FINDINGS
 
 POLICY = Policy(load_catalog())
 MAX_ANSWER_BYTES = 64 * 1024  # MAX_FINDINGS messages of at most 1 KiB, or a bounded patch
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 def within_bounds(cost: Cost) -> None:

@@ -200,7 +200,9 @@ class ClusterNode(Started):
     def start(self) -> None:
         missing = missing_debian_tools()
         if missing:
-            raise NodeError(f"missing Debian packages: {' '.join(missing)} (see .ci/run)")
+            raise NodeError(
+                f"missing Debian packages: {' '.join(missing)} (make setup installs them)"
+            )
         self._acquire_lock()
         began = time.monotonic()
         try:

@@ -42,7 +42,8 @@ BRIDGE = "tpuwh0"
 CTR_NAMESPACE = "k8s.io"
 CNI_BIN_DIR = "/usr/lib/cni"
 
-#: Debian packages the node needs (installed by .ci/run), by a file each one ships.
+#: Debian packages the node needs (make setup installs them: tests/tools/debian.sh), by a file
+#: each one ships.
 DEBIAN_TOOLS = {
     "containerd": "containerd",
     "ctr": "containerd",

@@ -46,7 +46,7 @@ def _figures_of(config: pytest.Config, section: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def built_image(request: pytest.FixtureRequest) -> BuiltImage:
+def built_image(request: pytest.FixtureRequest, debian_packages: None) -> BuiltImage:
     """The image from the repository's Dockerfile (docker/build-local.sh, cached by inputs)."""
     if _image_error in request.config.stash:
         raise request.config.stash[_image_error]
@@ -90,7 +90,7 @@ def cluster_node(
 
 @pytest.fixture(scope="module")
 def dra_cluster_node(
-    request: pytest.FixtureRequest, node_figures: dict[str, str]
+    request: pytest.FixtureRequest, debian_packages: None, node_figures: dict[str, str]
 ) -> Iterator[ClusterNode]:
     """The same one-node cluster as a node of a pool GKE gives to the TPU DRA driver: its
     labels (DRA_NODE_LABELS), no ``google.com/tpu`` advertised, no webhook image. Per module."""
