@@ -20,7 +20,7 @@ from webhook.catalog.quantity import (
     format_quantity,
     parse_quantity,
 )
-from webhook.policy import podspec
+from webhook.policy import quantities as pq
 
 
 def oracle(value: object) -> Decimal:
@@ -159,36 +159,36 @@ def test_formats_amounts_for_messages_without_exponents(amount: Decimal, shown: 
     assert format_quantity(amount) == shown
 
 
-# The policy reads quantities through podspec.quantity, which remembers short strings.
+# The policy reads quantities through pq.quantity, which remembers short strings.
 
 
 @given(
     st.from_regex(r"[+-]?[0-9]{1,4}(\.[0-9]{0,3})?([KMGTPE]i|[numkMGTPE]|e[0-9])?", fullmatch=True)
 )
 def test_remembered_quantity_is_the_parsed_one(text: str) -> None:
-    first, again = podspec.quantity(text), podspec.quantity(text)
+    first, again = pq.quantity(text), pq.quantity(text)
     assert first == again == parse_quantity(text)
 
 
 def test_remembered_quantities_stay_bounded() -> None:
-    for n in range(podspec.MEMO_SIZE + 10):
-        podspec.quantity(f"{n}Mi")
-    assert podspec._remembered_quantity.cache_info().currsize == podspec.MEMO_SIZE
-    long = "0" * podspec.MEMO_LENGTH + "4"
-    misses = podspec._remembered_quantity.cache_info().misses
-    assert podspec.quantity(long) == Decimal(4)
-    assert podspec.whole_number(long) == 4
-    assert podspec._remembered_quantity.cache_info().misses == misses  # never looked up
+    for n in range(pq.MEMO_SIZE + 10):
+        pq.quantity(f"{n}Mi")
+    assert pq._remembered_quantity.cache_info().currsize == pq.MEMO_SIZE
+    long = "0" * pq.MEMO_LENGTH + "4"
+    misses = pq._remembered_quantity.cache_info().misses
+    assert pq.quantity(long) == Decimal(4)
+    assert pq.whole_number(long) == 4
+    assert pq._remembered_quantity.cache_info().misses == misses  # never looked up
 
 
 def test_quantities_that_are_not_strings_are_parsed_as_such() -> None:
-    assert podspec.quantity(4) == Decimal(4)
-    assert podspec.quantity(True) is None
-    assert podspec.whole_number("1") == podspec.whole_number(1) == 1
-    assert podspec.whole_number(True) is None
-    assert podspec.whole_number(["4"]) is None
-    assert podspec.quantity("four") is None
-    assert podspec.quantity("1e40") == Decimal("Infinity")
+    assert pq.quantity(4) == Decimal(4)
+    assert pq.quantity(True) is None
+    assert pq.whole_number("1") == pq.whole_number(1) == 1
+    assert pq.whole_number(True) is None
+    assert pq.whole_number(["4"]) is None
+    assert pq.quantity("four") is None
+    assert pq.quantity("1e40") == Decimal("Infinity")
 
 
 # Long quantities (more than 64 characters) are read with whole-text scans in C, and by their

@@ -16,7 +16,7 @@ import os
 import re
 
 from webhook.catalog.tpu import ACCELERATOR_LABEL, TOPOLOGY_LABEL, TPU_RESOURCE
-from webhook.policy.podspec import AFFINITY_TERMS
+from webhook.policy.affinity import AFFINITY_TERMS
 from webhook.policy.workloads import WORKLOADS
 
 __all__ = [

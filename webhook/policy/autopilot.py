@@ -16,7 +16,7 @@ from webhook.catalog.tpu import Catalog
 from webhook.policy.bounds import MAX_PORTS
 from webhook.policy.paths import FieldPath
 from webhook.policy.podspec import TpuSpec
-from webhook.policy.violations import ErrorType, Violation
+from webhook.policy.violations import Violation, forbidden
 
 HOST_NAMESPACES = ("hostNetwork", "hostPID", "hostIPC")
 
@@ -61,10 +61,9 @@ def check(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
         security = container.body.get("securityContext")
         if isinstance(security, dict) and security.get("privileged") is True:
             found.append(
-                Violation(
+                forbidden(
                     "tpu.autopilot-refused",
                     container.path.child("securityContext", "privileged"),
-                    ErrorType.FORBIDDEN,
                     "GKE Autopilot refuses privileged containers unless a WorkloadAllowlist "
                     "admits the workload",
                     advisory=True,
@@ -74,4 +73,4 @@ def check(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
 
 
 def _refused(field: FieldPath, detail: str) -> Violation:
-    return Violation("tpu.autopilot-refused", field, ErrorType.FORBIDDEN, detail)
+    return forbidden("tpu.autopilot-refused", field, detail)

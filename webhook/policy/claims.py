@@ -21,7 +21,7 @@ from webhook.catalog.tpu import TPU_TAINT_KEY, TPU_TAINT_VALUE, Catalog, edit_di
 from webhook.policy.bounds import MAX_CONTAINERS, MAX_LABEL_VALUE, MAX_POD_TEMPLATES
 from webhook.policy.paths import FieldPath
 from webhook.policy.podspec import ChipRequest, TpuSpec
-from webhook.policy.violations import ErrorType, Violation
+from webhook.policy.violations import Violation, invalid, required
 
 CLAIM_TEMPLATE_KIND = "ResourceClaimTemplate"
 CLAIM_KIND = "ResourceClaim"
@@ -265,10 +265,9 @@ def check_toleration(tpu: TpuSpec) -> list[Violation]:
     if not any(r.which == "claims" for r in tpu.chips) or _tolerates(tpu.spec.get("tolerations")):
         return []
     return [
-        Violation(
+        required(
             "tpu.toleration-missing",
             tpu.at.child("tolerations"),
-            ErrorType.REQUIRED,
             f"the Pods get TPUs from a resource claim, and GKE taints TPU nodes "
             f"{TPU_TAINT_KEY}={TPU_TAINT_VALUE}:NoSchedule; without a toleration they never "
             f"schedule: add {{key: {TPU_TAINT_KEY}, operator: Exists, effect: NoSchedule}}",
@@ -383,23 +382,17 @@ def _check_mode(request: TpuRequest, driver: str, catalog: Catalog) -> list[Viol
         return []
     ok = " or ".join(map(str, whole))
     return [
-        Violation(
+        invalid(
             "tpu.claim-invalid",
             request.field.child("count"),
-            ErrorType.INVALID,
+            count,
             f"GKE's TPU DRA driver allocates whole nodes ({ok} chips); set allocationMode: All, "
             f"or count to the chips of the node",
-            count,
         )
     ]
 
 
 def _invalid(selector: Selector, detail: str, advisory: bool = False) -> Violation:
-    return Violation(
-        "tpu.claim-invalid",
-        selector.field,
-        ErrorType.INVALID,
-        detail,
-        selector.expression,
-        advisory=advisory,
+    return invalid(
+        "tpu.claim-invalid", selector.field, selector.expression, detail, advisory=advisory
     )

@@ -13,10 +13,11 @@ import dataclasses
 from collections.abc import Callable
 
 from webhook.catalog.tpu import COMPUTE_CLASS_LABEL, TPU_RESOURCE, Catalog, SliceShape
+from webhook.policy.affinity import SEVERAL
 from webhook.policy.cluster import COMPUTE_CLASS_KIND, ClusterView, ComputeClass, TpuPriority
-from webhook.policy.podspec import SEVERAL, TpuSpec, slice_shape
+from webhook.policy.podspec import TpuSpec, slice_shape
 from webhook.policy.templates import Site
-from webhook.policy.violations import ErrorType, Violation
+from webhook.policy.violations import ErrorType, Violation, invalid
 
 Sites = list[tuple[Site, TpuSpec]]
 # The findings on an object whose sites are the ones given: decide's rules, run as they are.
@@ -97,13 +98,12 @@ def _count(sites: Sites, priority: TpuPriority, catalog: Catalog) -> list[Violat
         for request in tpu.app_chips:
             if request.chips in runs and request.chips != priority.chips:
                 found.append(
-                    Violation(
+                    invalid(
                         "tpu.chips-per-host",
                         request.field,
-                        ErrorType.INVALID,
+                        request.chips,
                         f"its nodes have {priority.chips} chips and a Pod runs all chips of its "
                         f"node; set requests and limits to {priority.chips}",
-                        request.chips,
                     )
                 )
     return found

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 from webhook.catalog.tpu import TPU_RESOURCE, Catalog, SliceShape
 from webhook.policy import autopilot as autopilot_rules
-from webhook.policy import claims, compute_classes, partial, slice_rules, spec_rules
+from webhook.policy import capacity, claims, compute_classes, partial, slice_rules, spec_rules
 from webhook.policy.cluster import EMPTY, ClusterView
 from webhook.policy.context import (
     Context,
@@ -291,7 +291,7 @@ def findings(
         shape = slice_shape(tpu, catalog)
         if shape is None:
             continue
-        found += spec_rules.check_node_capacity(tpu, shape)
+        found += capacity.check_node_capacity(tpu, shape)
         if shape.multi_host:
             if context.child:
                 found += slice_rules.check_worker_env(tpu, shape, advisory=True)
@@ -336,7 +336,7 @@ def check_pod_spec(tpu: TpuSpec, catalog: Catalog, deferred: str | None) -> list
         *spec_rules.check_chip_counts(tpu, catalog),
         *spec_rules.check_requests_equal_limits(tpu),
         *spec_rules.check_single_tpu_container(tpu, catalog),
-        *spec_rules.check_quantities(tpu),
+        *capacity.check_quantities(tpu),
     ]
 
 

@@ -23,7 +23,8 @@ from webhook.catalog.tpu import (
 )
 from webhook.policy.bounds import MAX_ENV, MAX_PORTS
 from webhook.policy.context import Owner
-from webhook.policy.podspec import Container, TpuSpec, quantity
+from webhook.policy.podspec import Container, TpuSpec
+from webhook.policy.quantities import quantity
 from webhook.policy.templates import EnvVar, Site, dig
 from webhook.policy.violations import ErrorType, Violation
 

@@ -6,13 +6,10 @@ the rule that cares (never an exception).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
-from webhook.catalog.quantity import QuantityError, QuantityOutOfRange, parse_quantity
 from webhook.catalog.tpu import (
     ACCELERATOR_LABEL,
     COMPUTE_CLASS_LABEL,
@@ -24,8 +21,11 @@ from webhook.catalog.tpu import (
     SliceShape,
     topology_dimensions,
 )
-from webhook.policy.bounds import MAX_AFFINITY_TERMS, MAX_CONTAINERS
+from webhook.policy import affinity
+from webhook.policy.affinity import AFFINITY_TERMS
+from webhook.policy.bounds import MAX_CONTAINERS
 from webhook.policy.paths import FieldPath, escape_pointer
+from webhook.policy.quantities import quantity, whole_number
 
 CONTAINER_LISTS = ("containers", "initContainers")
 
@@ -82,25 +82,6 @@ class ChipRequest:
     def field(self) -> FieldPath:
         """limits[google.com/tpu] (or requests[...]) of its container."""
         return self.container.resource_path(self.which, TPU_RESOURCE)
-
-
-class Chosen:
-    """A label required by node affinity with several possible values (`In [a, b]`, `Exists`,
-    or terms that disagree): the node's value is not known before scheduling."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "<several values>"
-
-
-SEVERAL = Chosen()
-AFFINITY_TERMS = (
-    "affinity",
-    "nodeAffinity",
-    "requiredDuringSchedulingIgnoredDuringExecution",
-    "nodeSelectorTerms",
-)
 
 
 @dataclass(slots=True)  # built per review, never changed
@@ -184,29 +165,16 @@ def read_tpu_spec(
     selector = spec.get("nodeSelector")
     if not isinstance(selector, dict):
         selector = {}
-    affinity = spec.get("affinity")
+    required = spec.get("affinity")
     if (
         ACCELERATOR_LABEL not in selector
         and TOPOLOGY_LABEL not in selector
         and not _asks_chips(spec)
-        and (affinity is None or not _affinity_names_tpu(spec))
+        and (required is None or not affinity.names_tpu(spec))
         and not spec.get("resourceClaims")  # DRA: the claims say (policy/claims.py)
     ):
         return None  # before any container is read: most Pods of a cluster end here
-    # Loops rather than comprehensions here and in the mutation: on Python 3.11 each
-    # comprehension builds a function object and a frame, a measurable share of a review.
-    found: list[Container] = []
-    room, unread = MAX_CONTAINERS, 0
-    for list_name in CONTAINER_LISTS:
-        items = spec.get(list_name)
-        if isinstance(items, list):
-            if len(items) > room:
-                unread += len(items) - room
-                items = items[:room]
-            room -= len(items)
-            for position, body in enumerate(items):
-                if isinstance(body, dict):
-                    found.append(Container(at, pointer, list_name, position, body))
+    found, unread = _containers(spec, at, pointer)
     chips = _chip_requests(found)
     tpu_containers: list[Container] = []
     apps: list[ChipRequest] = []
@@ -217,18 +185,7 @@ def read_tpu_spec(
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
     if not isinstance(annotations, dict):
         annotations = NO_ANNOTATIONS
-    accelerator = selector.get(ACCELERATOR_LABEL)
-    topology = selector.get(TOPOLOGY_LABEL)
-    compute_class = selector.get(COMPUTE_CLASS_LABEL)
-    sources: dict[str, tuple[int, int]] = NO_SOURCES
-    if affinity is not None and (accelerator is None or topology is None):
-        sources = {}
-        if accelerator is None:
-            accelerator = _affinity_value(spec, ACCELERATOR_LABEL, sources)
-        if topology is None:
-            topology = _affinity_value(spec, TOPOLOGY_LABEL, sources)
-        if compute_class is None:
-            compute_class = _affinity_value(spec, COMPUTE_CLASS_LABEL, sources)
+    accelerator, topology, compute_class, sources = _selected(spec, selector, required)
     return TpuSpec(
         at,
         pointer,
@@ -248,86 +205,49 @@ def read_tpu_spec(
     )
 
 
+def _selected(
+    spec: Mapping[str, Any], selector: Mapping[str, Any], required: object
+) -> tuple[object, object, object, dict[str, tuple[int, int]]]:
+    """The accelerator, topology and ComputeClass a pod spec selects, by nodeSelector or else by
+    its required node affinity, and where in the affinity each was found."""
+    accelerator = selector.get(ACCELERATOR_LABEL)
+    topology = selector.get(TOPOLOGY_LABEL)
+    compute_class = selector.get(COMPUTE_CLASS_LABEL)
+    sources: dict[str, tuple[int, int]] = NO_SOURCES
+    if required is not None and (accelerator is None or topology is None):
+        sources = {}
+        if accelerator is None:
+            accelerator = affinity.value_of(spec, ACCELERATOR_LABEL, sources)
+        if topology is None:
+            topology = affinity.value_of(spec, TOPOLOGY_LABEL, sources)
+        if compute_class is None:
+            compute_class = affinity.value_of(spec, COMPUTE_CLASS_LABEL, sources)
+    return accelerator, topology, compute_class, sources
+
+
+def _containers(
+    spec: Mapping[str, Any], at: FieldPath, pointer: str
+) -> tuple[list[Container], int]:
+    """The containers and init containers, up to MAX_CONTAINERS in all, and how many were left
+    unread. Loops rather than comprehensions here and in the mutation: on Python 3.11 each
+    comprehension builds a function object and a frame, a measurable share of a review."""
+    found: list[Container] = []
+    room, unread = MAX_CONTAINERS, 0
+    for list_name in CONTAINER_LISTS:
+        items = spec.get(list_name)
+        if isinstance(items, list):
+            if len(items) > room:
+                unread += len(items) - room
+                items = items[:room]
+            room -= len(items)
+            for position, body in enumerate(items):
+                if isinstance(body, dict):
+                    found.append(Container(at, pointer, list_name, position, body))
+    return found, unread
+
+
 NO_ANNOTATIONS: Mapping[str, Any] = {}
 NO_SOURCES: dict[str, tuple[int, int]] = {}  # never written: a fresh dict is made to record
-
-
-def _affinity_terms(spec: Mapping[str, Any]) -> list[Any]:
-    """The required node-affinity terms, up to MAX_AFFINITY_TERMS."""
-    node: Any = spec
-    for name in AFFINITY_TERMS:
-        node = node.get(name) if isinstance(node, dict) else None
-    return node[:MAX_AFFINITY_TERMS] if isinstance(node, list) else []
-
-
-def _expressions(term: object) -> list[Any]:
-    """A term's matchExpressions, up to MAX_AFFINITY_TERMS."""
-    expressions = term.get("matchExpressions") if isinstance(term, dict) else None
-    return expressions[:MAX_AFFINITY_TERMS] if isinstance(expressions, list) else []
-
-
-def _affinity_cut(spec: Mapping[str, Any]) -> bool:
-    """Whether the required node affinity has more terms, or a term more expressions, than are
-    read: then a TPU label it may name is not known in advance."""
-    node: Any = spec
-    for name in AFFINITY_TERMS:
-        node = node.get(name) if isinstance(node, dict) else None
-    if not isinstance(node, list):
-        return False
-    if len(node) > MAX_AFFINITY_TERMS:
-        return True
-    for term in node:
-        expressions = term.get("matchExpressions") if isinstance(term, dict) else None
-        if isinstance(expressions, list) and len(expressions) > MAX_AFFINITY_TERMS:
-            return True
-    return False
-
-
-def _affinity_names_tpu(spec: Mapping[str, Any]) -> bool:
-    for term in _affinity_terms(spec):
-        for expression in _expressions(term):
-            key = expression.get("key") if isinstance(expression, dict) else None
-            if key in (ACCELERATOR_LABEL, TOPOLOGY_LABEL):
-                return True
-    return False
-
-
-def _affinity_value(
-    spec: Mapping[str, Any], label: str, sources: dict[str, tuple[int, int]]
-) -> object:
-    """The one value a required node-affinity allows for `label` (`In` with one value, the
-    same in every term that names it), SEVERAL when it allows more, None when none names it.
-    Terms are ORed: a term that does not name the label lets the Pod go to any such node."""
-    value: object = None
-    named = unnamed = 0
-    for t, term in enumerate(_affinity_terms(spec)):
-        found = False
-        for e, expression in enumerate(_expressions(term)):
-            if not isinstance(expression, dict) or expression.get("key") != label:
-                continue
-            values = expression.get("values")
-            one = (
-                values[0]
-                if expression.get("operator") == "In"
-                and isinstance(values, list)
-                and len(values) == 1
-                else SEVERAL
-            )
-            if found:
-                continue  # several expressions on one label are ANDed: the first one decides
-            found = True
-            if value is None:
-                value = one
-                sources[label] = (t, e)
-            elif value != one:
-                value = SEVERAL
-        named += found
-        unnamed += not found
-    if named and unnamed:
-        return SEVERAL
-    if value is not None and _affinity_cut(spec):
-        return SEVERAL  # a term beyond the bound may allow other nodes
-    return value
 
 
 def _asks_chips(spec: Mapping[str, Any]) -> bool:
@@ -357,67 +277,6 @@ def _chip_requests(found: list[Container]) -> list[ChipRequest]:
             value = requests[TPU_RESOURCE]
             chips.append(ChipRequest(container, "requests", value, whole_number(value)))
     return chips
-
-
-def whole_number(value: object) -> int | None:
-    """The count a quantity is when it is a whole, non-negative number; None otherwise."""
-    if _memo(value):
-        return _remembered_whole_number(value)
-    return _whole_number(value)
-
-
-def quantity(value: object) -> Decimal | None:
-    """The amount; +/-Infinity beyond the parser's range (larger than any VM); None if invalid."""
-    if _memo(value):
-        return _remembered_quantity(value)
-    last = _last_long[0]  # one read: the worker thread of large reviews may replace it
-    if value is last[0]:
-        return last[1]  # the same long string again: rules read one value several times
-    amount = _quantity(value)
-    if isinstance(value, str):
-        _last_long[0] = (value, amount)
-    return amount
-
-
-def _whole_number(value: object) -> int | None:
-    amount = quantity(value)
-    if (
-        amount is None
-        or not amount.is_finite()
-        or amount < 0
-        or amount != amount.to_integral_value()
-    ):
-        return None
-    return int(amount)
-
-
-def _quantity(value: object) -> Decimal | None:
-    try:
-        return parse_quantity(value)
-    except QuantityOutOfRange:
-        return Decimal("-Infinity") if str(value).lstrip().startswith("-") else Decimal("Infinity")
-    except QuantityError:
-        return None
-
-
-# Short strings and 64-bit ints are remembered: the API server writes quantities as strings (a
-# manifest read offline has ints too), a cluster uses few ("4", "500Gi"), and a cache hit costs a
-# tenth of a parse. Anything longer is parsed each time, so the caches never pin a large value.
-MEMO_SIZE = 4096
-MEMO_LENGTH = 32
-
-
-def _memo(value: object) -> bool:
-    if isinstance(value, str):
-        return len(value) <= MEMO_LENGTH
-    return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
-
-
-# The last long string parsed, by identity: a review reads a value in several rules, and a long
-# one costs in proportion to its length. It holds at most one such string, until the next.
-_last_long: list[tuple[object, Decimal | None]] = [(None, None)]
-_remembered_quantity = functools.lru_cache(maxsize=MEMO_SIZE)(_quantity)
-_remembered_whole_number = functools.lru_cache(maxsize=MEMO_SIZE)(_whole_number)
 
 
 def known_accelerator(tpu: TpuSpec, catalog: Catalog) -> Accelerator | None:

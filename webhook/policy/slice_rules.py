@@ -25,7 +25,14 @@ from webhook.policy.bounds import MAX_ARGS, MAX_ENV
 from webhook.policy.paths import FieldPath
 from webhook.policy.podspec import Container, TpuSpec
 from webhook.policy.templates import Site, dig
-from webhook.policy.violations import ErrorType, Violation, shown
+from webhook.policy.violations import (
+    Violation,
+    forbidden,
+    invalid,
+    required,
+    shown,
+    unsupported,
+)
 
 
 def check_workload_can_form_slice(
@@ -36,10 +43,9 @@ def check_workload_can_form_slice(
     what = "a Pod that no controller owns" if kind == "Pod" else f"a {kind}"
     field = tpu.slice_field if tpu.slice_value is not None else tpu.label_field(TOPOLOGY_LABEL)
     return [
-        Violation(
+        forbidden(
             "tpu.multihost-unsupported-workload",
             field,
-            ErrorType.FORBIDDEN,
             f"{shape.accelerator} {shape.describe()}, and {what} cannot form a multi-host "
             f"slice (its Pods have no {TPU_WORKER_ID}); run it as an Indexed Job with "
             f"parallelism {shape.hosts}, a JobSet, a LeaderWorkerSet or a RayCluster, or pick a "
@@ -52,19 +58,19 @@ def check_indexed(obj: Mapping[str, Any], site: Site, shape: SliceShape) -> list
     hosts = site.template.hosts
     if hosts is None or hosts.indexed_mode is None:
         return []
-    name, required = hosts.indexed_mode
+    name, wanted = hosts.indexed_mode
     path = site.resolve(hosts.paths[name])
     value = dig(obj, path)
-    if value == required or (value is None and hosts.indexed_default == required):
+    if value == wanted or (value is None and hosts.indexed_default == wanted):
         return []
     field = FieldPath.of(path)
     detail = (
-        f"{shape.accelerator} {shape.describe()}; set {name}: {required} so each Pod "
+        f"{shape.accelerator} {shape.describe()}; set {name}: {wanted} so each Pod "
         f"knows its {TPU_WORKER_ID}"
     )
     if value is None:
-        return [Violation("tpu.multihost-not-indexed", field, ErrorType.REQUIRED, detail)]
-    return [Violation("tpu.multihost-not-indexed", field, ErrorType.UNSUPPORTED, detail, value)]
+        return [required("tpu.multihost-not-indexed", field, detail)]
+    return [unsupported("tpu.multihost-not-indexed", field, value, detail)]
 
 
 def check_host_counts(obj: Mapping[str, Any], site: Site, shape: SliceShape) -> list[Violation]:
@@ -85,17 +91,14 @@ def check_host_counts(obj: Mapping[str, Any], site: Site, shape: SliceShape) -> 
         detail = f"{shape.describe()}; set {fields} to {shape.hosts}"
         if value is None:
             found.append(
-                Violation(
+                required(
                     "tpu.multihost-parallelism",
                     field,
-                    ErrorType.REQUIRED,
                     detail + _default_note(hosts.count_defaults.get(name)),
                 )
             )
         else:
-            found.append(
-                Violation("tpu.multihost-parallelism", field, ErrorType.INVALID, detail, value)
-            )
+            found.append(invalid("tpu.multihost-parallelism", field, value, detail))
     return found
 
 
@@ -114,13 +117,12 @@ def check_worker_env(tpu: TpuSpec, shape: SliceShape, advisory: bool = False) ->
             if count not in counts:
                 listed = " or ".join(map(str, counts))
                 found.append(
-                    Violation(
+                    invalid(
                         "tpu.worker-env-conflict",
                         env_value_field(container, position),
-                        ErrorType.INVALID,
+                        value,
                         f"{TPU_WORKER_HOSTNAMES} lists {count} hosts but {shape.describe()}; "
                         f"list {listed} hostnames or remove it to let tpu-webhook set it",
-                        value,
                         advisory=advisory,
                     )
                 )
@@ -128,13 +130,12 @@ def check_worker_env(tpu: TpuSpec, shape: SliceShape, advisory: bool = False) ->
             position, value = last[TPU_WORKER_ID]
             if not _in_range(value, counts[-1]):
                 found.append(
-                    Violation(
+                    invalid(
                         "tpu.worker-env-conflict",
                         env_value_field(container, position),
-                        ErrorType.INVALID,
+                        value,
                         f"{TPU_WORKER_ID} must be 0..{counts[-1] - 1} for a slice of "
                         f"{shape.hosts} hosts; remove it to let tpu-webhook set it",
-                        value,
                         advisory=advisory,
                     )
                 )
@@ -164,14 +165,13 @@ def hostname_too_long(name: str, last: str, what: str = "host") -> list[Violatio
         return []
     room = MAX_HOSTNAME_LENGTH - len(last) + len(name)
     return [
-        Violation(
+        invalid(
             "tpu.hostname-too-long",
             FieldPath.root("metadata", "name"),
-            ErrorType.INVALID,
+            name,
             f"the last {what}'s hostname {json.dumps(shown(last))} is {len(last)} characters and a "
             f"hostname is at most {MAX_HOSTNAME_LENGTH}; shorten the name to at most {room} "
             "characters",
-            name,
         )
     ]
 
@@ -194,17 +194,14 @@ def check_retries(
     )
     if value is None:
         return [
-            Violation(
+            required(
                 "tpu.multihost-retries",
                 field,
-                ErrorType.REQUIRED,
                 f"{detail} (it defaults to {retries})",
                 advisory=True,
             )
         ]
-    return [
-        Violation("tpu.multihost-retries", field, ErrorType.INVALID, detail, value, advisory=True)
-    ]
+    return [invalid("tpu.multihost-retries", field, value, detail, advisory=True)]
 
 
 def pathways_worker(tpu: TpuSpec) -> bool:
@@ -244,26 +241,24 @@ def check_kueue_slices(
     found = []
     if isinstance(count, int) and not isinstance(count, bool) and count % size:
         found.append(
-            Violation(
+            invalid(
                 "tpu.kueue-slices",
                 field,
-                ErrorType.INVALID,
+                written,
                 f"{count} Pods ({FieldPath.of(count_path)}) are not a multiple of {size}: Kueue "
                 f"admits the workload and leaves {count % size} Pods gated forever; make them a "
                 f"multiple of {size}",
-                written,
                 advisory=True,
             )
         )
     if size != shape.hosts:
         found.append(
-            Violation(
+            invalid(
                 "tpu.kueue-slices",
                 field,
-                ErrorType.INVALID,
+                written,
                 f"each Kueue slice of {size} Pods should be one TPU slice: {shape.describe()}; "
                 f"set it to {shape.hosts}",
-                written,
                 advisory=True,
             )
         )
@@ -282,10 +277,8 @@ def check_host_network_dns(tpu: TpuSpec, shape: SliceShape) -> list[Violation]:
     )
     field = tpu.at.child("dnsPolicy")
     if value is None:
-        return [Violation("tpu.host-network-dns", field, ErrorType.REQUIRED, detail, advisory=True)]
-    return [
-        Violation("tpu.host-network-dns", field, ErrorType.INVALID, detail, value, advisory=True)
-    ]
+        return [required("tpu.host-network-dns", field, detail, advisory=True)]
+    return [invalid("tpu.host-network-dns", field, value, detail, advisory=True)]
 
 
 def literal_env(container: Container) -> list[tuple[int, str, object]]:

@@ -1,11 +1,10 @@
-"""Rules on one pod spec: selectors, chip counts, requests and limits, VM capacity."""
+"""Rules on one pod spec: selectors, chip counts, requests and limits (VM capacity and
+cpu/memory quantities: capacity.py)."""
 
 from __future__ import annotations
 
 import json
-from decimal import Decimal
 
-from webhook.catalog.quantity import format_quantity
 from webhook.catalog.tpu import (
     ACCELERATOR_LABEL,
     SLICE_TOPOLOGY_ANNOTATION,
@@ -13,21 +12,21 @@ from webhook.catalog.tpu import (
     TPU_RESOURCE,
     Accelerator,
     Catalog,
-    SliceShape,
     topology_dimensions,
 )
+from webhook.policy.affinity import SEVERAL
 from webhook.policy.bounds import MAX_LABEL_VALUE
-from webhook.policy.podspec import (
-    SEVERAL,
-    Container,
-    TpuSpec,
-    fits,
-    known_accelerator,
-    quantity,
-    slice_options,
-    whole_number,
+from webhook.policy.paths import FieldPath
+from webhook.policy.podspec import TpuSpec, fits, known_accelerator, slice_options
+from webhook.policy.quantities import quantity, whole_number
+from webhook.policy.violations import (
+    Violation,
+    forbidden,
+    invalid,
+    required,
+    shown,
+    unsupported,
 )
-from webhook.policy.violations import ErrorType, Violation, shown
 
 
 def check_accelerator(
@@ -44,63 +43,63 @@ def check_accelerator(
         asks = f"{first.container.path} requests {shown(first.value)} {TPU_RESOURCE} chips"
         if deferred is not None:
             return [
-                Violation(
+                required(
                     "tpu.accelerator-missing",
                     field,
-                    ErrorType.REQUIRED,
                     f"{asks} with no TPU type yet; {deferred}: tpu-webhook checks it then",
                     advisory=True,
                 )
             ]
         return [
-            Violation(
+            required(
                 "tpu.accelerator-missing",
                 field,
-                ErrorType.REQUIRED,
                 f"{asks}; set the TPU type to run them on, one of {catalog.names()}",
             )
         ]
     if not isinstance(value, str):
         return [
-            Violation(
+            invalid(
                 "tpu.accelerator-unknown",
                 field,
-                ErrorType.INVALID,
-                f"must be a string, one of {catalog.names()}",
                 value,
+                f"must be a string, one of {catalog.names()}",
             )
         ]
+    return _unknown_accelerator(value, field, catalog)
+
+
+def _unknown_accelerator(value: str, field: FieldPath, catalog: Catalog) -> list[Violation]:
+    """A string that names no accelerator of the catalog: a near miss is refused, anything
+    else warned about (it may be a TPU type newer than the catalog)."""
     if len(value) > MAX_LABEL_VALUE:
         return [
-            Violation(
+            invalid(
                 "tpu.accelerator-unknown",
                 field,
-                ErrorType.INVALID,
+                value,
                 f"must be no more than {MAX_LABEL_VALUE} characters (a label value): no node "
                 f"has it; use one of {catalog.names()}",
-                value,
             )
         ]
     meant = catalog.near_miss(value)
     if meant is not None:
         kind = "a machine type, not an accelerator" if catalog.is_machine_type(value) else "unknown"
         return [
-            Violation(
+            unsupported(
                 "tpu.accelerator-unknown",
                 field,
-                ErrorType.UNSUPPORTED,
-                f"{kind}; did you mean {json.dumps(meant)}?",
                 value,
+                f"{kind}; did you mean {json.dumps(meant)}?",
             )
         ]
     return [
-        Violation(
+        unsupported(
             "tpu.accelerator-unknown",
             field,
-            ErrorType.UNSUPPORTED,
+            value,
             f"not in this webhook's TPU catalog ({catalog.names()}); its topologies and chip "
             "counts are not checked, add it to the catalog (--catalog) if it is a new TPU type",
-            value,
             advisory=True,
         )
     ]
@@ -136,10 +135,9 @@ def _check_pool_topology(
             if accelerator is None or accelerator.dynamic_slicing:
                 return []  # dynamic slicing: the annotation is the slice
             return [
-                Violation(
+                required(
                     "tpu.topology-missing",
                     field,
-                    ErrorType.REQUIRED,
                     f"the slice is given only by the annotation {SLICE_TOPOLOGY_ANNOTATION}; "
                     f"GKE documents that (dynamic slicing) for {_dynamic(catalog)} only: set the "
                     "node pool's topology here as well",
@@ -155,19 +153,17 @@ def _check_pool_topology(
         )
         if deferred is not None:
             return [
-                Violation(
+                required(
                     "tpu.topology-missing",
                     field,
-                    ErrorType.REQUIRED,
                     f"not set yet; {deferred}: tpu-webhook checks it then",
                     advisory=True,
                 )
             ]
         return [
-            Violation(
+            required(
                 "tpu.topology-missing",
                 field,
-                ErrorType.REQUIRED,
                 f"set it when {ACCELERATOR_LABEL} is set{example}{also}",
             )
         ]
@@ -175,12 +171,11 @@ def _check_pool_topology(
         return []
     if not isinstance(value, str) or not catalog.shapes(accelerator, value):
         return [
-            Violation(
+            unsupported(
                 "tpu.topology-invalid",
                 field,
-                ErrorType.UNSUPPORTED,
-                f"{accelerator.name} offers {accelerator.offered()}",
                 value,
+                f"{accelerator.name} offers {accelerator.offered()}",
             )
         ]
     return []
@@ -196,36 +191,33 @@ def _check_slice_topology(
     if dims is None or len(dims) != accelerator.dimensions:
         example = "x".join(["4"] * accelerator.dimensions)
         return [
-            Violation(
+            invalid(
                 "tpu.topology-invalid",
                 field,
-                ErrorType.INVALID,
+                value,
                 f"must be a {accelerator.name} topology of {accelerator.dimensions} "
                 f'dimensions, such as "{example}"',
-                value,
             )
         ]
     assert isinstance(value, str)
     if isinstance(pool, str) and catalog.shapes(accelerator, pool) and not fits(value, pool):
         return [
-            Violation(
+            invalid(
                 "tpu.topology-invalid",
                 field,
-                ErrorType.INVALID,
+                value,
                 f"a {value} slice does not fit in the node pool's {pool} slice "
                 f"({TOPOLOGY_LABEL}); pick a slice that fits in {pool}, or a larger node pool",
-                value,
             )
         ]
     if not catalog.shapes(accelerator, value):
         return [
-            Violation(
+            unsupported(
                 "tpu.topology-invalid",
                 field,
-                ErrorType.UNSUPPORTED,
+                value,
                 f"not a {accelerator.name} slice this webhook's catalog knows "
                 f"({accelerator.offered()}); its hosts are not checked",
-                value,
                 advisory=True,
             )
         ]
@@ -240,12 +232,11 @@ def check_chip_counts(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
     for r in tpu.chips:
         if r.chips is None and r.which != CLAIMS:  # a claim's chips are the node's (claims.py)
             found.append(
-                Violation(
+                invalid(
                     "tpu.quantity-invalid",
                     r.field,
-                    ErrorType.INVALID,
-                    f"{TPU_RESOURCE} is a whole number of chips, such as 4",
                     r.value,
+                    f"{TPU_RESOURCE} is a whole number of chips, such as 4",
                 )
             )
     if accelerator is None:
@@ -264,18 +255,15 @@ def check_chip_counts(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
     ok = " or ".join(map(str, runs))
     where = _slice_name(tpu, accelerator)
     detail = f"{where} runs {ok} chips per host; set requests and limits to {ok}"
-    found += [
-        Violation("tpu.chips-per-host", r.field, ErrorType.INVALID, detail, r.chips) for r in wrong
-    ]
+    found += [invalid("tpu.chips-per-host", r.field, r.chips, detail) for r in wrong]
     if total is not None and total not in runs:
         found.append(
-            Violation(
+            invalid(
                 "tpu.chips-per-host",
                 tpu.at.child("containers"),
-                ErrorType.INVALID,
+                total,
                 f"{where} runs {ok} chips per host, shared by the Pod's TPU containers; make "
                 f"their {TPU_RESOURCE} requests add up to {ok}",
-                total,
             )
         )
     return found
@@ -330,13 +318,12 @@ def check_requests_equal_limits(tpu: TpuSpec) -> list[Violation]:
         asked, limit = requests[TPU_RESOURCE], limits[TPU_RESOURCE]
         if quantity(asked) is not None and quantity(asked) != quantity(limit):
             found.append(
-                Violation(
+                invalid(
                     "tpu.requests-limits-differ",
                     container.resource_path("limits", TPU_RESOURCE),
-                    ErrorType.INVALID,
+                    _as_number(limit),
                     f"must equal requests[{TPU_RESOURCE}] ({shown(asked)}); a Pod runs all chips "
                     "of its host, set both to the same count",
-                    _as_number(limit),
                 )
             )
     return found
@@ -349,80 +336,15 @@ def check_single_tpu_container(tpu: TpuSpec, catalog: Catalog) -> list[Violation
         return []
     first = apps[0]
     return [
-        Violation(
+        forbidden(
             "tpu.multiple-tpu-containers",
             r.field,
-            ErrorType.FORBIDDEN,
             f"only one container may request {TPU_RESOURCE} on {accelerator.name} "
             f"({first.container.path} requests {shown(first.value)}); move the chips to one "
             "container",
         )
         for r in apps[1:]
     ]
-
-
-def check_node_capacity(tpu: TpuSpec, shape: SliceShape | None) -> list[Violation]:
-    machine = shape.machine if shape else None
-    if shape is None or machine is None:
-        return []
-    found = []
-    for resource, capacity, text in (
-        ("cpu", machine.cpu, machine.cpu_text),
-        ("memory", machine.memory, machine.memory_text),
-    ):
-        if capacity is None:
-            continue  # no public figure for this VM
-        # the request, or the limit Kubernetes will default it from
-        asking: list[tuple[Container, str, object]] = []
-        total = Decimal(0)
-        for c in tpu.containers:
-            if c.init:
-                continue
-            which = "requests" if resource in c.requests else "limits"
-            if resource in c.resources(which):
-                value = c.resources(which)[resource]
-                asking.append((c, which, value))
-                total += quantity(value) or 0
-        if total <= capacity:
-            continue
-        field = (
-            asking[0][0].resource_path(asking[0][1], resource)
-            if len(asking) == 1
-            else tpu.at.child("containers")
-        )
-        value = asking[0][2] if len(asking) == 1 else format_quantity(total)
-        unsure = " (an unconfirmed figure)" if resource in machine.unconfirmed else ""
-        found.append(
-            Violation(
-                "tpu.resources-exceed-node",
-                field,
-                ErrorType.INVALID,
-                f"a {machine.name} VM ({shape.accelerator}, {shape.chips_per_host} chips) has "
-                f"{text} "
-                f"{resource}{unsure}; request at most {text} or the Pod never schedules",
-                value,
-                advisory=resource in machine.unconfirmed,
-            )
-        )
-    return found
-
-
-def check_quantities(tpu: TpuSpec) -> list[Violation]:
-    found = []
-    for c in tpu.tpu_containers:
-        for which in ("requests", "limits"):
-            for resource, value in c.resources(which).items():
-                if (resource == "cpu" or resource == "memory") and quantity(value) is None:
-                    found.append(
-                        Violation(
-                            "tpu.quantity-invalid",
-                            c.resource_path(which, resource),
-                            ErrorType.INVALID,
-                            "must be a Kubernetes quantity, such as 10, 500m or 64Gi",
-                            value,
-                        )
-                    )
-    return found
 
 
 def _as_number(value: object) -> object:

@@ -53,6 +53,30 @@ class Violation(NamedTuple):
         return text
 
 
+# Constructors in the spirit of apimachinery's field errors (field.Invalid, field.Required,
+# field.NotSupported, field.Forbidden): the rule code, then the field, [the value,] the detail.
+
+
+def invalid(
+    code: str, field: FieldPath, value: object, detail: str, *, advisory: bool = False
+) -> Violation:
+    return Violation(code, field, ErrorType.INVALID, detail, value, advisory)
+
+
+def required(code: str, field: FieldPath, detail: str, *, advisory: bool = False) -> Violation:
+    return Violation(code, field, ErrorType.REQUIRED, detail, _NO_VALUE, advisory)
+
+
+def unsupported(
+    code: str, field: FieldPath, value: object, detail: str, *, advisory: bool = False
+) -> Violation:
+    return Violation(code, field, ErrorType.UNSUPPORTED, detail, value, advisory)
+
+
+def forbidden(code: str, field: FieldPath, detail: str, *, advisory: bool = False) -> Violation:
+    return Violation(code, field, ErrorType.FORBIDDEN, detail, _NO_VALUE, advisory)
+
+
 def render_value(value: object) -> str:
     """Values as the API server prints them: strings quoted, numbers bare; a long one cut to
     MAX_VALUE_CHARS characters, its length said."""

@@ -26,7 +26,7 @@ from webhook.policy.paths import FieldPath
 from webhook.policy.podspec import TpuSpec, slice_shape
 from webhook.policy.slice_rules import env_value_field, literal_env
 from webhook.policy.templates import EnvVar, Site, dig
-from webhook.policy.violations import ErrorType, Violation, shown
+from webhook.policy.violations import Violation, invalid, shown
 
 NETWORK = ("spec", "network")
 SLICE_ID_REF = f"metadata.annotations['{JOBSET_JOB_INDEX}']"
@@ -97,25 +97,23 @@ def check_multislice(obj: Mapping[str, Any], site: Site, tpu: TpuSpec) -> list[V
                 continue  # built from other variables when the container starts, or unset
             if name == MEGASCALE_NUM_SLICES and text.strip() != str(replicas):
                 found.append(
-                    Violation(
+                    invalid(
                         "tpu.multislice-env-conflict",
                         field,
-                        ErrorType.INVALID,
+                        value,
                         f"replicatedJob {named} runs {replicas} slices (one per Job, "
                         f"its replicas); set {MEGASCALE_NUM_SLICES} to {replicas} or remove it",
-                        value,
                     )
                 )
             elif name == MEGASCALE_SLICE_ID and (replicas > 1 or text.strip() != "0"):
                 found.append(
-                    Violation(
+                    invalid(
                         "tpu.multislice-env-conflict",
                         field,
-                        ErrorType.INVALID,
+                        value,
                         f"every Job of replicatedJob {named} would claim slice {shown(text)}; "
                         "take it from the Job's index: valueFrom.fieldRef.fieldPath "
                         f"{SLICE_ID_REF}",
-                        value,
                     )
                 )
             elif name == MEGASCALE_COORDINATOR_ADDRESS:
@@ -154,14 +152,13 @@ def _check_coordinator(
     if host == expected or host.startswith(expected + "."):
         return []
     return [
-        Violation(
+        invalid(
             "tpu.multislice-env-conflict",
             field,
-            ErrorType.INVALID,
+            text,
             f"the slices of replicatedJob {json.dumps(shown(rjob))} meet at its first Pod, "
             f"{shown(expected)}; set {MEGASCALE_COORDINATOR_ADDRESS} to it (with a port if you "
             "need one) unless the coordinator runs elsewhere",
-            text,
             advisory=True,
         )
     ]
@@ -173,13 +170,12 @@ def _check_dns_hostnames(obj: Mapping[str, Any], shape: SliceShape) -> list[Viol
     if enabled is not False:
         return []
     return [
-        Violation(
+        invalid(
             "tpu.hostnames-disabled",
             FieldPath.root(*NETWORK, "enableDNSHostnames"),
-            ErrorType.INVALID,
+            False,
             f"{shape.accelerator} {shape.describe()}, which reach each other by hostname; "
             "set it to true (the default)",
-            False,
         )
     ]
 
@@ -196,13 +192,12 @@ def _check_hostname_length(
         return []
     over = len(last) - MAX_HOSTNAME_LENGTH
     return [
-        Violation(
+        invalid(
             "tpu.hostname-too-long",
             FieldPath.root("metadata", "name"),
-            ErrorType.INVALID,
+            name,
             f"the last host's hostname {json.dumps(shown(last))} is {len(last)} characters and a "
             f"hostname is at most {MAX_HOSTNAME_LENGTH}; shorten the JobSet's or the "
             f"replicatedJob's name by {over} characters",
-            name,
         )
     ]

@@ -24,7 +24,7 @@ from webhook.policy.paths import FieldPath
 from webhook.policy.podspec import TpuSpec, slice_shape
 from webhook.policy.slice_rules import hostname_too_long
 from webhook.policy.templates import Site, dig
-from webhook.policy.violations import ErrorType, Violation, shown
+from webhook.policy.violations import Violation, invalid, required, shown
 
 TEMPLATE = ("spec", "leaderWorkerTemplate")
 SIZE = (*TEMPLATE, "size")
@@ -59,12 +59,11 @@ def _check_size(obj: Mapping[str, Any], shape: SliceShape, leader_hosts: bool) -
         if sub_group == shape.hosts and not isinstance(sub_group, bool):
             return []
         return [
-            Violation(
+            invalid(
                 "tpu.multihost-parallelism",
                 FieldPath.root(*SUB_GROUP_SIZE),
-                ErrorType.INVALID,
-                f"{shape.describe()}, one slice per sub-group; set subGroupSize to {shape.hosts}",
                 sub_group,
+                f"{shape.describe()}, one slice per sub-group; set subGroupSize to {shape.hosts}",
             )
         ]
     size = dig(obj, SIZE)
@@ -80,18 +79,11 @@ def _check_size(obj: Mapping[str, Any], shape: SliceShape, leader_hosts: bool) -
     detail = f"{shape.describe()}; {why}, so set size to {wanted}"
     if size is None:
         return [
-            Violation(
-                "tpu.multihost-parallelism",
-                FieldPath.root(*SIZE),
-                ErrorType.REQUIRED,
-                f"{detail} (it defaults to 1)",
+            required(
+                "tpu.multihost-parallelism", FieldPath.root(*SIZE), f"{detail} (it defaults to 1)"
             )
         ]
-    return [
-        Violation(
-            "tpu.multihost-parallelism", FieldPath.root(*SIZE), ErrorType.INVALID, detail, size
-        )
-    ]
+    return [invalid("tpu.multihost-parallelism", FieldPath.root(*SIZE), size, detail)]
 
 
 def _check_leader_shape(
@@ -107,16 +99,15 @@ def _check_leader_shape(
     ):
         if mine != theirs:
             found.append(
-                Violation(
+                invalid(
                     "tpu.slice-shape-mismatch",
                     leader.label_field(label)
                     if leader.slice_value is None or label == ACCELERATOR_LABEL
                     else leader.slice_field,
-                    ErrorType.INVALID,
+                    mine,
                     f"the leader requests chips, so it is host 0 of its workers' "
                     f"{shape.accelerator} {shape.topology} slice; set the worker template's "
                     f"{json.dumps(shown(theirs) if isinstance(theirs, str) else theirs)}",
-                    mine,
                 )
             )
     return found

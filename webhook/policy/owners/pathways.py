@@ -21,7 +21,7 @@ from webhook.policy.exemptions import Exemptions
 from webhook.policy.paths import FieldPath
 from webhook.policy.podspec import TpuSpec
 from webhook.policy.templates import Site
-from webhook.policy.violations import ErrorType, Violation, shown
+from webhook.policy.violations import Violation, shown, unsupported
 
 WORKERS = ("spec", "workers")
 
@@ -64,13 +64,12 @@ def _check_worker(worker: Mapping[str, Any], at: FieldPath, catalog: Catalog) ->
         key=lambda t: (len(t), t),
     )
     return [
-        Violation(
+        unsupported(
             "tpu.topology-invalid",
             at.child("topology"),
-            ErrorType.UNSUPPORTED,
+            topology,
             f"a {json.dumps(shown(machine_type))} worker ({accelerator.name}, {machine.chips} "
             f"chips per VM) runs {', '.join(offered[:24])}; the PathwaysJob's controller makes "
             "no JobSet for another topology",
-            topology,
         )
     ]

@@ -24,7 +24,7 @@ from webhook.policy.exemptions import Exemptions
 from webhook.policy.paths import FieldPath
 from webhook.policy.podspec import TpuSpec, read_tpu_spec, slice_shape
 from webhook.policy.templates import Site
-from webhook.policy.violations import ErrorType, Violation
+from webhook.policy.violations import Violation, invalid, required
 
 NUM_NODES = ("spec", "trainer", "numNodes")
 RESOURCES = ("spec", "trainer", "resourcesPerNode")
@@ -66,22 +66,9 @@ def check(
             str(nodes) if nodes is not None else "unset"
         )
         return [
-            Violation(
-                "tpu.multihost-parallelism",
-                FieldPath.root(*NUM_NODES),
-                ErrorType.REQUIRED,
-                f"{detail} ({given})",
-            )
+            required("tpu.multihost-parallelism", FieldPath.root(*NUM_NODES), f"{detail} ({given})")
         ]
-    return [
-        Violation(
-            "tpu.multihost-parallelism",
-            FieldPath.root(*NUM_NODES),
-            ErrorType.INVALID,
-            detail,
-            written,
-        )
-    ]
+    return [invalid("tpu.multihost-parallelism", FieldPath.root(*NUM_NODES), written, detail)]
 
 
 def _runtime(
