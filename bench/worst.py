@@ -303,7 +303,7 @@ def measure(name: str, body: bytes, n: int, policy: Policy, endpoint: Endpoint) 
     gc.disable()
     try:
         started = time.perf_counter()
-        api_version, request, _ = parse_review_prefiltered(body)
+        api_version, request = parse_review_prefiltered(body)
         decoded = time.perf_counter()
         verdict = review_request(request, endpoint, policy)
         decided = time.perf_counter()

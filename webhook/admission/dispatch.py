@@ -51,7 +51,8 @@ class Policy:
 
 
 def review_request(request: Request, endpoint: Endpoint, policy: Policy) -> Verdict:
-    """The verdict for one admission request; DELETE, CONNECT and unknown kinds are allowed."""
+    """The verdict for one admission request; DELETE, CONNECT, unknown kinds and an object left
+    undecoded (no dict: parse_review_prefiltered) are allowed."""
     workload = workload_for(request.kind.group, request.kind.kind)
     obj = request.object
     if (

@@ -20,7 +20,7 @@ import orjson
 from webhook.admission.dispatch import Endpoint, Policy, review_request
 from webhook.admission.responses import Mode, build_response, in_mode, outcome
 from webhook.admission.review import Request, ReviewError, parse_review_prefiltered
-from webhook.policy.decide import ALLOW, Verdict
+from webhook.policy.decide import Verdict
 from webhook.serving.metrics import Metrics
 from webhook.serving.offload import Offload
 from webhook.serving.reviewlog import ReviewLine, ReviewLog
@@ -97,8 +97,8 @@ class AdmissionEndpoint:
         """The answer to one review body: 200 with a review, 400, or 500 for our own bug."""
         request: Request | None = None
         try:
-            api_version, request, may_be_tpu = parse_review_prefiltered(body)
-            verdict = review_request(request, self.endpoint, self.policy) if may_be_tpu else ALLOW
+            api_version, request = parse_review_prefiltered(body)
+            verdict = review_request(request, self.endpoint, self.policy)
             payload = build_response(api_version, request.uid, verdict, mode)
             answered = in_mode(verdict, mode)
             return Decided(200, orjson.dumps(payload), outcome(answered), request, answered)
