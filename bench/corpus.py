@@ -15,14 +15,14 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jsonpatch
 import orjson
 from ruamel.yaml import YAML
 
 from bench.apiserver import Obj, admit_pod, default_job, default_pod, managed_fields
-from webhook.admission.dispatch import Policy, review_request
+from webhook.admission.dispatch import Endpoint, Policy, review_request
 from webhook.admission.review import parse_review
 from webhook.catalog.tpu import JOB_COMPLETION_INDEX, JOB_NAME_LABEL, LEGACY_JOB_NAME_LABEL
 from webhook.policy.decide import Verdict
@@ -57,7 +57,7 @@ VERDICTS = ("allowed", "patched", "denied")
 @dataclass(frozen=True)
 class Review:
     name: str  # tpu-job
-    endpoint: str  # mutate | validate
+    endpoint: Endpoint
     verdict: str  # allowed | patched | denied
     body: bytes
 
@@ -75,7 +75,8 @@ def load_corpus(directory: Path = CORPUS_DIR) -> list[Review]:
     reviews = []
     for file in sorted(directory.glob("*.json")):
         name, endpoint, verdict, _ = file.name.rsplit(".", 3)
-        reviews.append(Review(name, endpoint, verdict, file.read_bytes()))
+        # the names build_corpus wrote: <name>.<endpoint>.<verdict>.json
+        reviews.append(Review(name, cast(Endpoint, endpoint), verdict, file.read_bytes()))
     return reviews
 
 
@@ -213,7 +214,7 @@ def _stored(pod: Obj, name: str) -> Obj:
 
 def _review(
     name: str,
-    endpoint: str,
+    endpoint: Endpoint,
     gvkr: tuple[str, str, str, str],
     obj: Obj,
     user: Mapping[str, Any],
@@ -246,7 +247,7 @@ def _review(
     return Review(name, endpoint, verdict_of(draft, policy), draft.body)
 
 
-def _apply(obj: Obj, review: Review | None, policy: Policy, endpoint: str = "mutate") -> Obj:
+def _apply(obj: Obj, review: Review | None, policy: Policy, endpoint: Endpoint = "mutate") -> Obj:
     """The object after our mutating webhook's patch (review built here when not given)."""
     if review is None:
         kind = "Job" if obj["kind"] == "Job" else "Pod"
@@ -258,7 +259,7 @@ def _apply(obj: Obj, review: Review | None, policy: Policy, endpoint: str = "mut
     return patched
 
 
-def pod_review(manifest: Obj, policy: Policy, endpoint: str = "mutate") -> Review:
+def pod_review(manifest: Obj, policy: Policy, endpoint: Endpoint = "mutate") -> Review:
     """The review the API server sends `endpoint` for `kubectl create -f` of Pod `manifest`."""
     return _review(manifest["metadata"]["name"], endpoint, _POD, _user_pod(manifest), ADMIN, policy)
 

@@ -348,7 +348,7 @@ class ControlPlane(Started):
         self._spawn("kube-apiserver", args)
         self._wait("kube-apiserver /readyz", deadline, lambda: self._get_ok("/readyz"))
         self._version = str(self.get_json("/version")["gitVersion"])
-        config = kubeconfig(self.server, pki.ca.cert, *pki.admin_pair)
+        config = kubeconfig(self.server, cert_pem(pki.ca.cert), *pki.admin_pair)
         self.kubeconfig.write_text(json.dumps(config, indent=2))  # JSON is valid YAML
         self.kubeconfig.chmod(0o600)
 

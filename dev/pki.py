@@ -150,8 +150,11 @@ def write_pki(directory: Path) -> Pki:
     )
 
 
-def kubeconfig(server: str, ca: x509.Certificate, crt: bytes, key: bytes) -> dict[str, Any]:
-    """A kubeconfig (context `e2e`) for `server`, trusting `ca`, presenting the client pair."""
+def kubeconfig(
+    server: str, ca_pem: bytes, crt: bytes, key: bytes, user: str = "e2e-admin"
+) -> dict[str, Any]:
+    """A kubeconfig (context `e2e`) for `server`, trusting the CA `ca_pem`, presenting the
+    client pair as `user` (the admin client's, the node's)."""
 
     def b64(data: bytes) -> str:
         return base64.b64encode(data).decode()
@@ -162,16 +165,16 @@ def kubeconfig(server: str, ca: x509.Certificate, crt: bytes, key: bytes) -> dic
         "clusters": [
             {
                 "name": "e2e",
-                "cluster": {"server": server, "certificate-authority-data": b64(cert_pem(ca))},
+                "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)},
             }
         ],
         "users": [
             {
-                "name": "e2e-admin",
+                "name": user,
                 "user": {"client-certificate-data": b64(crt), "client-key-data": b64(key)},
             }
         ],
-        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "e2e-admin"}}],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": user}}],
         "current-context": "e2e",
         "preferences": {},
     }

@@ -57,7 +57,7 @@ def test_a_decision_with_the_collector_on_is_bounded_too() -> None:
     decision allocates too little for a collection to matter."""
     body, n = grow(SHAPES["containers-wrong-chips"])
     measured = measure("containers-wrong-chips", body, n, POLICY, "validate")
-    _, request, _ = parse_review_prefiltered(body)
+    _, request = parse_review_prefiltered(body)
     gc.collect()
     started = time.perf_counter()
     review_request(request, "validate", POLICY)
@@ -71,7 +71,7 @@ def test_the_denial_of_many_violations_is_capped_and_says_how_many_more() -> Non
         "metadata": {"name": "p"},
         "spec": {"nodeSelector": V6E_4X4, "containers": [container(i, "3") for i in range(40)]},
     }
-    _, request, _ = parse_review_prefiltered(orjson.dumps(review(obj, "Pod")))
+    _, request = parse_review_prefiltered(orjson.dumps(review(obj, "Pod")))
     verdict = review_request(request, "validate", POLICY)
     answer = build_response("admission.k8s.io/v1", "u", verdict, "enforce")["response"]
     message = answer["status"]["message"]

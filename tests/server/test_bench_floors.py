@@ -58,7 +58,9 @@ def _post(floor: tuple[Floor, Path], path: str, body: bytes) -> dict[str, Any]:
 
 def _ours(body: bytes, endpoint: str, policy: Policy) -> dict[str, Any]:
     api_version, request = parse_review(body)
-    return build_response(api_version, request.uid, review_request(request, endpoint, policy), "")
+    return build_response(
+        api_version, request.uid, review_request(request, endpoint, policy), "enforce"
+    )
 
 
 def _without_audit(answer: dict[str, Any]) -> dict[str, Any]:

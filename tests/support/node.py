@@ -57,7 +57,7 @@ from typing import IO, Any
 
 from dev.components import DEFAULT_CONTROLLERS
 from dev.controlplane import ControlPlane, ControlPlaneError
-from dev.pki import ClusterCA, cert_pem
+from dev.pki import ClusterCA, cert_pem, kubeconfig
 from dev.processes import Started, check_alive, child_setup, free_port, stop_process, wait_until
 from tests.support.node_cleanup import clean_up, machine_state
 from tests.support.node_config import (
@@ -73,7 +73,6 @@ from tests.support.node_config import (
     cni_config,
     containerd_config,
     eth0_ipv4,
-    kubeconfig,
     kubelet_config,
     missing_debian_tools,
 )
@@ -481,7 +480,7 @@ class ClusterNode(Started):
         cert, key = self.cp.issue_cert(
             f"system:node:{NODE_NAME}", organizations=("system:nodes",), ip_addresses=()
         )
-        config = kubeconfig(self.cp.server, self.cp.ca_pem, cert, key)
+        config = kubeconfig(self.cp.server, self.cp.ca_pem, cert, key, user="node")
         (wd / "kubelet.kubeconfig").write_text(json.dumps(config))
         settings = kubelet_config(wd, self.node_ip, self.containerd_socket)
         (wd / "kubelet.json").write_text(json.dumps(settings))

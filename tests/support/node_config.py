@@ -8,7 +8,6 @@ processes.
 
 from __future__ import annotations
 
-import base64
 import json
 import shutil
 import subprocess
@@ -197,23 +196,3 @@ def kubelet_config(workdir: Path, node_ip: str, socket: Path) -> dict[str, Any]:
         "nodeStatusUpdateFrequency": "4s",
         "syncFrequency": "10s",
     }
-
-
-def kubeconfig(server: str, ca_pem: bytes, cert: bytes, key: bytes) -> dict[str, Any]:
-    def b64(data: bytes) -> str:
-        return base64.b64encode(data).decode()
-
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {"name": "e2e", "cluster": {"server": server,
-                                        "certificate-authority-data": b64(ca_pem)}}
-        ],
-        "users": [
-            {"name": "node", "user": {"client-certificate-data": b64(cert),
-                                      "client-key-data": b64(key)}}
-        ],
-        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "node"}}],
-        "current-context": "e2e",
-    }  # fmt: skip

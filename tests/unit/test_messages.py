@@ -17,9 +17,7 @@ from webhook.policy.violations import aggregate
 CATALOG = load_catalog()
 ACCELERATOR = "cloud.google.com/gke-tpu-accelerator"
 TOPOLOGY = "cloud.google.com/gke-tpu-topology"
-KNOWN = (
-    "tpu-v4-podslice, tpu-v5-lite-podslice, tpu-v5-lite-device, tpu-v5p-slice, tpu-v6e-slice, tpu7x"
-)
+KNOWN = CATALOG.names()  # the catalog's accelerators, as messages list them
 
 
 def pod(accelerator: str | None, topology: str | None, **resources: Any) -> dict[str, Any]:

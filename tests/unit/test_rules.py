@@ -2,7 +2,9 @@
 
 Each rule's example is what the policy says for one input here (so the reference cannot drift
 from the product), the README's table is the registry's, and no policy module names a code the
-registry lacks.
+registry lacks. An example that would spell out the catalog's accelerators is the policy's
+message under a small catalog of the test's own, so that a new TPU generation changes neither
+the registry nor the README.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pytest
 from tests.unit import apply, workload_of
 from tests.unit.test_messages import chips, pod, v4_job
 from webhook import cli
-from webhook.catalog import load_catalog
+from webhook.catalog import Catalog, load_catalog
 from webhook.policy import decide
 from webhook.policy.cluster import EMPTY, view_of
 from webhook.policy.rules import BY_CODE, RULES, rules_table
@@ -247,17 +249,35 @@ INPUTS: dict[str, Any] = {
 }
 
 
-def all_messages(given: Any) -> dict[str, list[str]]:
+# The catalogs of the inputs whose messages list every accelerator of the catalog they are
+# decided against: a whole catalog (replacePackaged), two accelerators.
+SMALL_CATALOG = """
+version: 1
+replacePackaged: true
+accelerators:
+  - name: tpu-v5-lite-podslice
+    dimensions: 2
+    machineTypes: [{name: ct5lp-hightpu-4t, chips: 4}]
+    singleHost: [2x2]
+  - name: tpu-v6e-slice
+    dimensions: 2
+    machineTypes: [{name: ct6e-standard-4t, chips: 4}]
+    singleHost: [2x2]
+"""
+CATALOGS = {"tpu.accelerator-missing": SMALL_CATALOG}
+
+
+def all_messages(given: Any, catalog: Catalog = CATALOG) -> dict[str, list[str]]:
     """Every message `kubectl create` would print for an object (or an (object, cluster view)
-    pair), by code: mutate, then validate."""
+    pair), by code: mutate, then validate, against `catalog`."""
     obj, cluster, profile = (
         (*given, "standard")[:3] if isinstance(given, tuple) else (given, EMPTY, "standard")
     )
     workload = workload_of(obj)
-    mutated = decide.mutate(obj, workload, CATALOG, decide.Options())
+    mutated = decide.mutate(obj, workload, catalog, decide.Options())
     stored = apply(obj, mutated.patch)
     options = decide.Options(profile=profile)
-    verdict = decide.validate(stored, workload, CATALOG, None, options, cluster)
+    verdict = decide.validate(stored, workload, catalog, None, options, cluster)
     found: dict[str, list[str]] = {}
     for v in (*mutated.warnings, *verdict.denials, *verdict.warnings):
         found.setdefault(v.code, []).append(v.message)
@@ -269,8 +289,17 @@ def test_every_rule_has_one_input_here() -> None:
 
 
 @pytest.mark.parametrize("rule", RULES, ids=[r.code for r in RULES])
-def test_a_rule_example_is_the_message_the_policy_gives(rule: Any) -> None:
-    assert rule.example in all_messages(INPUTS[rule.code]()).get(rule.code, [])
+def test_a_rule_example_is_the_message_the_policy_gives(rule: Any, tmp_path: Path) -> None:
+    catalog = CATALOG
+    if rule.code in CATALOGS:
+        (tmp_path / "catalog.yaml").write_text(CATALOGS[rule.code], "utf-8")
+        catalog = load_catalog(tmp_path / "catalog.yaml")
+    assert rule.example in all_messages(INPUTS[rule.code](), catalog).get(rule.code, [])
+
+
+def test_no_example_lists_the_packaged_catalog() -> None:
+    names = CATALOG.names()
+    assert [r.code for r in RULES if names in r.example] == []
 
 
 def test_codes_are_unique_dotted_kebab_case() -> None:

@@ -4,14 +4,14 @@ never skip a review the policy would act on; the names the CEL tests must be the
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.unit.test_cases import CATALOG, MUTATE, VALIDATE
-from webhook.admission.dispatch import Policy, review_request
+from webhook.admission.dispatch import Endpoint, Policy, review_request
 from webhook.admission.review import GroupVersionKind, Request, parse_review_prefiltered
 from webhook.admission.trigger import (
     AFFINITY_TERMS,
@@ -27,6 +27,7 @@ from webhook.registration import tpu_match_expression
 
 POD = workload_for("", "Pod")
 POLICY = Policy(CATALOG)
+ENDPOINTS = get_args(Endpoint)
 OTHER_KEYS = ["kubernetes.io/arch", "cloud.google.com/gke-nodepool", "tpu", "gke-tpu"]
 OTHER_RESOURCES = ["cpu", "nvidia.com/gpu", "google.com/tp", "tpu"]
 
@@ -128,11 +129,20 @@ def test_no_case_the_policy_acts_on_is_skipped_by_the_pre_filter() -> None:
         body = review_body(obj)
         group, _, version = str(obj["apiVersion"]).rpartition("/")
         request = Request(uid="u", kind=GroupVersionKind(group, version, obj["kind"]), object=obj)
-        verdicts = [review_request(request, e, POLICY) for e in ("mutate", "validate")]
+        verdicts = [review_request(request, e, POLICY) for e in ENDPOINTS]
         if any(v != ALLOW for v in verdicts):
             acted += 1
-            assert parse_review_prefiltered(body)[2], case["name"]
+            _, parsed = parse_review_prefiltered(body)
+            assert isinstance(parsed.object, dict), case["name"]
+            assert [review_request(parsed, e, POLICY) for e in ENDPOINTS] == verdicts, case["name"]
     assert acted > 50
+
+
+def test_a_review_without_a_marker_is_allowed_with_its_object_undecoded() -> None:
+    plain = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {}}
+    _, parsed = parse_review_prefiltered(review_body(plain))
+    assert not isinstance(parsed.object, dict)
+    assert [review_request(parsed, e, POLICY) for e in ENDPOINTS] == [ALLOW, ALLOW]
 
 
 def test_markers_at_the_edges_of_the_body() -> None:

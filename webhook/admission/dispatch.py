@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from webhook.admission.review import Request
 from webhook.catalog.tpu import Catalog
@@ -13,6 +13,9 @@ from webhook.policy.cluster import EMPTY, ClusterView
 from webhook.policy.decide import ALLOW, Options, Verdict
 from webhook.policy.exemptions import NO_EXEMPTIONS
 from webhook.policy.workloads import workload_for
+
+#: the two admission endpoints: /mutate patches what a workload needs, /validate refuses or warns
+Endpoint = Literal["mutate", "validate"]
 
 
 class Cluster:
@@ -47,8 +50,9 @@ class Policy:
         return self._strict
 
 
-def review_request(request: Request, endpoint: str, policy: Policy) -> Verdict:
-    """The verdict for one admission request; DELETE, CONNECT and unknown kinds are allowed."""
+def review_request(request: Request, endpoint: Endpoint, policy: Policy) -> Verdict:
+    """The verdict for one admission request; DELETE, CONNECT, unknown kinds and an object left
+    undecoded (no dict: parse_review_prefiltered) are allowed."""
     workload = workload_for(request.kind.group, request.kind.kind)
     obj = request.object
     if (

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from binascii import b2a_base64
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -17,8 +17,11 @@ from webhook.policy.bounds import MAX_FINDINGS
 from webhook.policy.decide import Verdict
 from webhook.policy.violations import Violation, aggregate
 
+#: the modes above
+Mode = Literal["enforce", "warn"]
 
-def in_mode(verdict: Verdict, mode: str) -> Verdict:
+
+def in_mode(verdict: Verdict, mode: Mode) -> Verdict:
     """The verdict as answered in `mode`: in warn mode denials become warnings."""
     if mode != "warn" or not verdict.denials:
         return verdict
@@ -34,7 +37,7 @@ def outcome(answered: Verdict) -> str:
     return "patched" if answered.patch else "allowed"
 
 
-def build_response(api_version: str, uid: str, verdict: Verdict, mode: str) -> dict[str, Any]:
+def build_response(api_version: str, uid: str, verdict: Verdict, mode: Mode) -> dict[str, Any]:
     """The AdmissionReview answer for a verdict in a mode."""
     answered = in_mode(verdict, mode)
     response: dict[str, Any] = {"uid": uid, "allowed": not answered.denials}
@@ -60,7 +63,7 @@ def warnings(found: Sequence[Violation]) -> list[str]:
     return messages
 
 
-def _audit_annotations(verdict: Verdict, mode: str) -> dict[str, str]:
+def _audit_annotations(verdict: Verdict, mode: Mode) -> dict[str, str]:
     """The rule codes as found: a denial stays a `violation` when warn mode answered it as a
     warning, and `mode: warn` says so."""
     annotations: dict[str, str] = {}

@@ -184,17 +184,18 @@ class _Envelope(Review, frozen=True, rename="camel"):
 _envelope = msgspec.json.Decoder(_Envelope)
 
 
-def parse_review_prefiltered(body: bytes) -> tuple[str, Request, bool]:
-    """(apiVersion, request, may_be_tpu): parse_review, except that a body with no TPU marker
-    has its object left undecoded (`request.object` is then not the object: allow it), unless
-    its kind is one decided whole (TrainJob, PathwaysJob, the DRA claims)."""
+def parse_review_prefiltered(body: bytes) -> tuple[str, Request]:
+    """parse_review, except that a body with no TPU marker has its objects left undecoded,
+    unless its kind is one decided whole (TrainJob, PathwaysJob, the DRA claims): its
+    `request.object` is then the object's bytes (msgspec.Raw), not a dict, which review_request
+    allows."""
     if may_be_tpu(body):
-        return (*parse_review(body), True)
+        return parse_review(body)
     try:
         review = _envelope.decode(body)
     except (msgspec.DecodeError, RecursionError):
-        return (*parse_review(body), True)  # the full parser words the error
+        return parse_review(body)  # the full parser words the error
     api_version, request = _checked(review)
     if request.kind.kind in WHOLE_KINDS:
-        return (*parse_review(body), True)
-    return api_version, request, False
+        return parse_review(body)
+    return api_version, request

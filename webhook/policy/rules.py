@@ -41,8 +41,7 @@ RULES: tuple[Rule, ...] = (
         "set the nodeSelector `cloud.google.com/gke-tpu-accelerator` to the TPU type",
         "spec.nodeSelector[cloud.google.com/gke-tpu-accelerator]: Required value: "
         "spec.containers[0] requests 4 google.com/tpu chips; set the TPU type to run them on, "
-        "one of tpu-v4-podslice, tpu-v5-lite-podslice, tpu-v5-lite-device, tpu-v5p-slice, "
-        "tpu-v6e-slice, tpu7x",
+        "one of tpu-v5-lite-podslice, tpu-v6e-slice",
     ),
     Rule(
         "tpu.topology-missing",

@@ -22,7 +22,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from webhook.admission.dispatch import Policy
+from webhook.admission.dispatch import Endpoint, Policy
+from webhook.admission.responses import Mode
 from webhook.catalog import load_catalog
 from webhook.catalog.tpu import TPU_RESOURCE
 from webhook.policy.decide import Options
@@ -35,7 +36,7 @@ from webhook.serving.tls import CertificateSource, ServingTLS
 from webhook.settings import Settings
 
 # path -> (endpoint, mode)
-ADMISSION_ROUTES: dict[str, tuple[str, str]] = {
+ADMISSION_ROUTES: dict[str, tuple[Endpoint, Mode]] = {
     "/mutate": ("mutate", "enforce"),
     "/mutate/warn": ("mutate", "warn"),
     "/validate": ("validate", "enforce"),
@@ -138,7 +139,7 @@ def create_app(
     return app
 
 
-def _endpoint(webhook: Webhook, endpoint: str, mode: str) -> AdmissionEndpoint:
+def _endpoint(webhook: Webhook, endpoint: Endpoint, mode: Mode) -> AdmissionEndpoint:
     return AdmissionEndpoint(
         endpoint,
         mode,

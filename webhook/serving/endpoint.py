@@ -17,10 +17,10 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from webhook.admission.dispatch import Policy, review_request
-from webhook.admission.responses import build_response, in_mode, outcome
+from webhook.admission.dispatch import Endpoint, Policy, review_request
+from webhook.admission.responses import Mode, build_response, in_mode, outcome
 from webhook.admission.review import Request, ReviewError, parse_review_prefiltered
-from webhook.policy.decide import ALLOW, Verdict
+from webhook.policy.decide import Verdict
 from webhook.serving.metrics import Metrics
 from webhook.serving.offload import Offload
 from webhook.serving.reviewlog import ReviewLine, ReviewLog
@@ -53,8 +53,8 @@ class Decided(NamedTuple):
 class AdmissionEndpoint:
     """POST <path>: one AdmissionReview in, one out. `?mode=warn` selects warn mode too."""
 
-    endpoint: str  # "mutate" | "validate"
-    mode: str  # "enforce" | "warn"
+    endpoint: Endpoint
+    mode: Mode
     policy: Policy
     metrics: Metrics
     review_log: ReviewLog
@@ -65,7 +65,7 @@ class AdmissionEndpoint:
         if scope["method"] != "POST":
             await _respond(send, 405, _error("admission reviews are sent with POST"))
             return
-        mode = "warn" if scope.get("query_string") == b"mode=warn" else self.mode
+        mode: Mode = "warn" if scope.get("query_string") == b"mode=warn" else self.mode
         started = time.perf_counter()
         metrics = self.metrics
         metrics.in_flight += 1
@@ -93,12 +93,12 @@ class AdmissionEndpoint:
                 _log_line(request, self.endpoint, mode, answered, decided.result, seconds)
             )
 
-    def decide(self, body: bytes, mode: str) -> Decided:
+    def decide(self, body: bytes, mode: Mode) -> Decided:
         """The answer to one review body: 200 with a review, 400, or 500 for our own bug."""
         request: Request | None = None
         try:
-            api_version, request, may_be_tpu = parse_review_prefiltered(body)
-            verdict = review_request(request, self.endpoint, self.policy) if may_be_tpu else ALLOW
+            api_version, request = parse_review_prefiltered(body)
+            verdict = review_request(request, self.endpoint, self.policy)
             payload = build_response(api_version, request.uid, verdict, mode)
             answered = in_mode(verdict, mode)
             return Decided(200, orjson.dumps(payload), outcome(answered), request, answered)
@@ -166,8 +166,8 @@ def _error(message: str) -> bytes:
 
 def _log_line(
     request: Request,
-    endpoint: str,
-    mode: str,
+    endpoint: Endpoint,
+    mode: Mode,
     answered: Verdict | None,
     result: str,
     seconds: float,

@@ -19,6 +19,7 @@ from prometheus_client.core import (
     Metric,
 )
 
+from webhook.admission.dispatch import Endpoint
 from webhook.policy.decide import Verdict
 from webhook.policy.workloads import WORKLOADS
 
@@ -66,7 +67,7 @@ class Metrics:
 
     def observe(
         self,
-        endpoint: str,
+        endpoint: Endpoint,
         kind: str,
         operation: str,
         outcome: str,

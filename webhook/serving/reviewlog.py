@@ -12,6 +12,9 @@ import os
 
 import msgspec
 
+from webhook.admission.dispatch import Endpoint
+from webhook.admission.responses import Mode
+
 
 class ReviewLine(msgspec.Struct, kw_only=True):
     """uid, kind, namespace/name, operation, verdict, rule codes, patch size, duration: never
@@ -20,8 +23,8 @@ class ReviewLine(msgspec.Struct, kw_only=True):
     ts: float
     msg: str = "review"
     uid: str
-    endpoint: str
-    mode: str
+    endpoint: Endpoint
+    mode: Mode
     kind: str
     namespace: str
     name: str
