@@ -25,14 +25,7 @@ from webhook.policy.bounds import MAX_ARGS, MAX_ENV
 from webhook.policy.paths import FieldPath
 from webhook.policy.podspec import Container, TpuSpec
 from webhook.policy.templates import Site, dig
-from webhook.policy.violations import (
-    Violation,
-    forbidden,
-    invalid,
-    required,
-    shown,
-    unsupported,
-)
+from webhook.policy.violations import Violation, forbidden, invalid, required, shown, unsupported
 
 
 def check_workload_can_form_slice(

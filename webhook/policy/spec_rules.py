@@ -19,14 +19,7 @@ from webhook.policy.bounds import MAX_LABEL_VALUE
 from webhook.policy.paths import FieldPath
 from webhook.policy.podspec import TpuSpec, fits, known_accelerator, slice_options
 from webhook.policy.quantities import quantity, whole_number
-from webhook.policy.violations import (
-    Violation,
-    forbidden,
-    invalid,
-    required,
-    shown,
-    unsupported,
-)
+from webhook.policy.violations import Violation, forbidden, invalid, required, shown, unsupported
 
 
 def check_accelerator(

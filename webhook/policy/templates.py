@@ -14,12 +14,14 @@ from typing import Any, NamedTuple
 from webhook.catalog.tpu import JOB_COMPLETION_INDEX, POD_INDEX_LABEL
 from webhook.policy.bounds import MAX_POD_TEMPLATES
 from webhook.policy.paths import FieldPath
+from webhook.policy.podspec import TpuSpec
 
 Path = tuple[str, ...]
 Step = str | int
 ConcretePath = tuple[Step, ...]
 EACH = "*"  # a path step: every item of the list there
 EnvVar = dict[str, Any]  # one entry of a container's env, as written in a pod spec
+Obj = Mapping[str, Any]  # an object as sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +115,10 @@ class Site(NamedTuple):
             return path
         indices = iter(self.indices)
         return tuple(next(indices) if step == EACH else step for step in path)
+
+
+# The TPU pod templates of an object, each with its TPU view (decide.tpu_sites).
+Sites = list[tuple[Site, TpuSpec]]
 
 
 def expand(

@@ -25,7 +25,7 @@ from webhook.policy.exemptions import Exemptions
 from webhook.policy.paths import FieldPath
 from webhook.policy.podspec import TpuSpec, slice_shape
 from webhook.policy.slice_rules import env_value_field, literal_env
-from webhook.policy.templates import EnvVar, Site, dig
+from webhook.policy.templates import EnvVar, Obj, Site, Sites, dig
 from webhook.policy.violations import Violation, invalid, shown
 
 NETWORK = ("spec", "network")
@@ -53,11 +53,7 @@ def subdomain(obj: Mapping[str, Any]) -> str:
 
 
 def check(
-    obj: Mapping[str, Any],
-    sites: list[tuple[Site, TpuSpec]],
-    catalog: Catalog,
-    exemptions: Exemptions,
-    cluster: ClusterView,
+    obj: Obj, sites: Sites, catalog: Catalog, exemptions: Exemptions, cluster: ClusterView
 ) -> list[Violation]:
     """What the JobSet adds to its replicatedJobs' Job rules: their multislice variables, and
     for multi-host slices DNS hostnames and hostname lengths."""

@@ -23,7 +23,7 @@ from webhook.policy.exemptions import Exemptions
 from webhook.policy.paths import FieldPath
 from webhook.policy.podspec import TpuSpec, slice_shape
 from webhook.policy.slice_rules import hostname_too_long
-from webhook.policy.templates import Site, dig
+from webhook.policy.templates import Obj, Sites, dig
 from webhook.policy.violations import Violation, invalid, required, shown
 
 TEMPLATE = ("spec", "leaderWorkerTemplate")
@@ -32,11 +32,7 @@ SUB_GROUP_SIZE = (*TEMPLATE, "subGroupPolicy", "subGroupSize")
 
 
 def check(
-    obj: Mapping[str, Any],
-    sites: list[tuple[Site, TpuSpec]],
-    catalog: Catalog,
-    exemptions: Exemptions,
-    cluster: ClusterView,
+    obj: Obj, sites: Sites, catalog: Catalog, exemptions: Exemptions, cluster: ClusterView
 ) -> list[Violation]:
     by_role = {site.template.path[-1]: tpu for site, tpu in sites}
     worker = by_role.get("workerTemplate")

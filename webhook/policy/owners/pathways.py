@@ -19,19 +19,14 @@ from webhook.policy.bounds import MAX_POD_TEMPLATES
 from webhook.policy.cluster import ClusterView
 from webhook.policy.exemptions import Exemptions
 from webhook.policy.paths import FieldPath
-from webhook.policy.podspec import TpuSpec
-from webhook.policy.templates import Site
+from webhook.policy.templates import Obj, Sites
 from webhook.policy.violations import Violation, shown, unsupported
 
 WORKERS = ("spec", "workers")
 
 
 def check(
-    obj: Mapping[str, Any],
-    sites: list[tuple[Site, TpuSpec]],
-    catalog: Catalog,
-    exemptions: Exemptions,
-    cluster: ClusterView,
+    obj: Obj, sites: Sites, catalog: Catalog, exemptions: Exemptions, cluster: ClusterView
 ) -> list[Violation]:
     """Each worker's topology is a slice its machine type runs."""
     spec = obj.get("spec")

@@ -22,8 +22,8 @@ from webhook.policy.bounds import MAX_CONTAINERS, MAX_POD_TEMPLATES
 from webhook.policy.cluster import ClusterView, Runtime
 from webhook.policy.exemptions import Exemptions
 from webhook.policy.paths import FieldPath
-from webhook.policy.podspec import TpuSpec, read_tpu_spec, slice_shape
-from webhook.policy.templates import Site
+from webhook.policy.podspec import read_tpu_spec, slice_shape
+from webhook.policy.templates import Obj, Sites
 from webhook.policy.violations import Violation, invalid, required
 
 NUM_NODES = ("spec", "trainer", "numNodes")
@@ -34,11 +34,7 @@ NODE = "node"  # the trainer replicatedJob's and container's name in Trainer's r
 
 
 def check(
-    obj: Mapping[str, Any],
-    sites: list[tuple[Site, TpuSpec]],
-    catalog: Catalog,
-    exemptions: Exemptions,
-    cluster: ClusterView,
+    obj: Obj, sites: Sites, catalog: Catalog, exemptions: Exemptions, cluster: ClusterView
 ) -> list[Violation]:
     """The trainer Job's host count (numNodes) against its TPU slice."""
     spec = obj.get("spec")
