@@ -35,6 +35,7 @@ _QUANTITY = re.compile(
 # 10^18) is refused rather than computed, so a hostile "1e999999" costs nothing.
 _CONTEXT = Context(prec=100, Emax=10_000, Emin=-10_000)
 MAX_EXPONENT = 30
+_LARGEST_INT = 10**MAX_EXPONENT  # computed once: a power is not folded into the code
 MIN_EXPONENT = 9_000
 # A number written with more characters is read by its significant digits (at most MAX_DIGITS
 # of them, see _bounded) rather than parsed whole: a hostile "9" * 3_000_000 costs microseconds.
@@ -132,7 +133,7 @@ def parse_quantity(value: object) -> Decimal:
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise QuantityError(f"not a quantity: {_short(value)}")
     if isinstance(value, int):
-        if abs(value) >= 10**MAX_EXPONENT:
+        if abs(value) >= _LARGEST_INT:
             raise QuantityOutOfRange(f"quantity out of range: {_short(value)}")
         return Decimal(value)
     text = str(value) if isinstance(value, float) else value

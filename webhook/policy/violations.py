@@ -111,10 +111,13 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+_PRINTED_WHOLE = 10**100  # a module constant: Python folds no power this large into the code
+
+
 def _digits(value: object) -> str:
     """An int's digits; one too large to print in full (Python refuses beyond 4,300 digits, and
     it would be slow) by its size."""
     assert isinstance(value, int)
-    if -(10**100) < value < 10**100:
+    if -_PRINTED_WHOLE < value < _PRINTED_WHOLE:
         return str(value)
     return f"a number of {value.bit_length() * 30103 // 100000 + 1} digits"
