@@ -14,18 +14,8 @@ _SUFFIXES: dict[str, Decimal] = {
     "n": Decimal("1e-9"),
     "u": Decimal("1e-6"),
     "m": Decimal("1e-3"),
-    "k": Decimal(10**3),
-    "M": Decimal(10**6),
-    "G": Decimal(10**9),
-    "T": Decimal(10**12),
-    "P": Decimal(10**15),
-    "E": Decimal(10**18),
-    "Ki": Decimal(2**10),
-    "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50),
-    "Ei": Decimal(2**60),
+    **{suffix: Decimal(1000**i) for i, suffix in enumerate("kMGTPE", 1)},  # k: 10^3 ... E: 10^18
+    **{f"{s}i": Decimal(1024**i) for i, s in enumerate("KMGTPE", 1)},  # Ki: 2^10 ... Ei: 2^60
 }
 _QUANTITY = re.compile(
     r"(?P<number>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"

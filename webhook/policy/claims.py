@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from webhook.catalog.tpu import TPU_TAINT_KEY, TPU_TAINT_VALUE, Catalog, edit_distance
 from webhook.policy.bounds import MAX_CONTAINERS, MAX_LABEL_VALUE, MAX_POD_TEMPLATES
@@ -60,11 +60,10 @@ class TpuRequest:
         return found
 
 
-@dataclass(frozen=True, slots=True)
-class Claim:
+class Claim(NamedTuple):
     """A ResourceClaimTemplate's or ResourceClaim's TPU requests."""
 
-    kind: str
+    kind: str  # ResourceClaimTemplate or ResourceClaim
     namespace: str
     name: str
     requests: tuple[TpuRequest, ...]
@@ -312,12 +311,9 @@ def _check_names(selector: Selector, driver: str, attributes: tuple[str, ...]) -
         meant = min(attributes, key=lambda known: edit_distance(name.lower(), known.lower()))
         close = edit_distance(name.lower(), meant.lower()) <= 2
         hint = f'did you mean "{meant}"?' if close else f"it publishes {', '.join(attributes)}"
+        never = "so no device matches and the claim is never allocated"
         found.append(
-            _invalid(
-                selector,
-                f'{driver} devices have no attribute "{name}", so no device matches and the '
-                f"claim is never allocated; {hint}",
-            )
+            _invalid(selector, f'{driver} devices have no attribute "{name}", {never}; {hint}')
         )
     return found
 
@@ -354,13 +350,9 @@ def _check_values(selector: Selector, driver: str, catalog: Catalog) -> list[Vio
     topology = wanted.get(f"{driver}/topology")
     known = catalog.accelerator(accelerator) if isinstance(accelerator, str) else None
     if known is not None and isinstance(topology, str) and not known.shapes.get(topology):
-        found.append(
-            _invalid(
-                selector,
-                f"{known.name} offers {known.offered()}; no node of topology "
-                f"{topology[:MAX_LABEL_VALUE]} exists, so the claim is never allocated",
-            )
-        )
+        none = f"no node of topology {topology[:MAX_LABEL_VALUE]} exists"
+        offers = f"{known.name} offers {known.offered()}"
+        found.append(_invalid(selector, f"{offers}; {none}, so the claim is never allocated"))
     return found
 
 

@@ -70,11 +70,15 @@ def required(code: str, field: FieldPath, detail: str, *, advisory: bool = False
 def unsupported(
     code: str, field: FieldPath, value: object, detail: str, *, advisory: bool = False
 ) -> Violation:
-    return Violation(code, field, ErrorType.UNSUPPORTED, detail, value, advisory)
+    """A value of a known set, but not one of it (apimachinery's NotSupported)."""
+    return invalid(code, field, value, detail, advisory=advisory)._replace(
+        error=ErrorType.UNSUPPORTED
+    )
 
 
 def forbidden(code: str, field: FieldPath, detail: str, *, advisory: bool = False) -> Violation:
-    return Violation(code, field, ErrorType.FORBIDDEN, detail, _NO_VALUE, advisory)
+    """A field that must not be set here, whatever its value."""
+    return required(code, field, detail, advisory=advisory)._replace(error=ErrorType.FORBIDDEN)
 
 
 def render_value(value: object) -> str:
