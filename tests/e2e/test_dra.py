@@ -477,7 +477,9 @@ def test_the_webhook_refuses_a_claim_template_with_a_misspelt_attribute(
     assert "tpuGen" in proc.stderr.replace("tpuGenn", "")  # the fix: the attribute's real name
     (template,) = load("claimtemplate-misspelt-attribute.yaml")
     name = template["metadata"]["name"]
-    logs = webhook.wait_for_log(f'"name":"{name}"')
+    # The mutate and validate reviews' lines may come in different batches: wait for the second.
+    validated = '"endpoint":"validate","mode":"enforce","kind":"ResourceClaimTemplate",'
+    logs = webhook.wait_for_log(f'{validated}"namespace":"{NAMESPACE}","name":"{name}"')
     reviews = [
         json.loads(line)
         for line in logs.splitlines()
