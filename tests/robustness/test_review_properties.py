@@ -474,10 +474,11 @@ def test_mutation_patches_apply_add_only_and_are_idempotent(
 
 
 def test_generators_reach_patches_denials_and_multi_host_slices() -> None:
-    """The strategies are only useful if they reach the interesting branches."""
+    """The strategies are only useful if they reach the interesting branches. Derandomized: a
+    random draw of 300 missed every worker-variable patch about once in 20 seeds (a CI run did)."""
     seen = {"patch": 0, "denial": 0, "env": 0, "subdomain": 0}
 
-    @settings(SETTINGS, max_examples=300, database=None)
+    @settings(SETTINGS, max_examples=300, database=None, derandomize=True)
     @given(case=workload)
     def count(case: tuple[str, dict[str, Any]]) -> None:
         kind, obj = case
