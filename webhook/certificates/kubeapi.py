@@ -26,6 +26,8 @@ from webhook.settings import StartupError
 FIELD_MANAGER = "tpu-webhook"
 TIMEOUT = (5.0, 10.0)  # seconds to connect, to read
 SECRET = "/api/v1/namespaces/{namespace}/secrets/{name}"
+# Objects as their metadata alone (the API server's PartialObjectMetadataList), JSON otherwise.
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 CONFIGURATIONS: dict[Configuration, str] = {
     MUTATING: "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{name}",
     VALIDATING: "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}",
@@ -91,14 +93,19 @@ class KubeApi:
         """GET a path (discovery: `/apis/auto.gke.io`)."""
         return self._call("GET", path)
 
-    def list_all(self, path: str, page: int = 500) -> list[dict[str, Any]]:
+    def list_all(
+        self, path: str, page: int = 500, label_selector: str = "", metadata_only: bool = False
+    ) -> list[dict[str, Any]]:
         """Every object of a list path (`/apis/cloud.google.com/v1/computeclasses`), page by
-        page, each with its apiVersion and kind (a list's items carry neither)."""
+        page, each with its apiVersion and kind (a list's items carry neither); with
+        `metadata_only`, only their metadata (PartialObjectMetadata: a Node without its status)."""
         items: list[dict[str, Any]] = []
         token = ""
+        selector = [("labelSelector", label_selector)] if label_selector else []
+        accept = METADATA_ONLY if metadata_only else "application/json"
         while True:
-            query = [("limit", str(page))] + ([("continue", token)] if token else [])
-            answer = self._call("GET", path, query=query)
+            query = [("limit", str(page)), *selector] + ([("continue", token)] if token else [])
+            answer = self._call("GET", path, query=query, accept=accept)
             kind = str(answer.get("kind", "")).removesuffix("List")
             for item in answer.get("items") or ():
                 if isinstance(item, dict):
@@ -117,9 +124,10 @@ class KubeApi:
         body: Mapping[str, Any] | None = None,
         content_type: str = "",
         query: list[tuple[str, str]] | None = None,
+        accept: str = "application/json",
         **names: str,
     ) -> dict[str, Any]:
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         if content_type:
             headers["Content-Type"] = content_type
         request = self.client.param_serialize(
