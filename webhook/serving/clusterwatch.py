@@ -108,7 +108,7 @@ class ClusterWatch:
         if kind != "Node":
             return self.api.list_all(SOURCES[kind])
         nodes = self.api.list_all(
-            SOURCES[kind], label_selector=ACCELERATOR_LABEL, metadata_only=True
+            SOURCES[kind], label_selector=ACCELERATOR_LABEL, metadata_only=True, cached=True
         )
         return [_slim_node(node) for node in nodes]
 
