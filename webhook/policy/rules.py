@@ -35,7 +35,8 @@ RULES: tuple[Rule, ...] = (
         "`google.com/tpu` chips requested without `cloud.google.com/gke-tpu-accelerator` "
         "(a nodeSelector or a required node-affinity term)",
         "while Kueue holds the workload (queued or suspended): its ResourceFlavor adds the "
-        "node labels when it admits it, and the check runs then",
+        "node labels when it admits it, and the check runs then; on an object a known "
+        "controller made (its owner was decided where it was written)",
         "GKE schedules TPU Pods by the accelerator label; without it the Pod waits Pending "
         "forever, or GKE's own TPU check refuses it",
         "set the nodeSelector `cloud.google.com/gke-tpu-accelerator` to the TPU type",
@@ -48,8 +49,9 @@ RULES: tuple[Rule, ...] = (
         Severity.DENY_OR_WARN,
         "an accelerator without `cloud.google.com/gke-tpu-topology` and without the slice "
         "annotation `cloud.google.com/gke-tpu-slice-topology` (dynamic slicing)",
-        "while Kueue holds the workload; or when only the slice annotation is set on an "
-        "accelerator the catalog does not mark for dynamic slicing",
+        "while Kueue holds the workload, or on an object a known controller made; or when "
+        "only the slice annotation is set on an accelerator the catalog does not mark for "
+        "dynamic slicing",
         "the topology picks the node pool's slice shape; without it the Pod can land on any "
         "slice of that accelerator, and GKE's own TPU check refuses it",
         "set `cloud.google.com/gke-tpu-topology` (or, for a tpu7x super-slice, the Pod "
