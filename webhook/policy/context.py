@@ -82,9 +82,9 @@ class Context:
         if self.suspended:
             return "it is suspended, and its node labels may be set before it is resumed (Kueue)"
         if self.child and self.owner is not None:
-            # A controller does not always copy its owner's labels (LWS does not put the Kueue
-            # queue label on its leader StatefulSet): what its template lacks was decided where
-            # the owner was written, and Kueue adds the labels to the Pods it admits.
+            # A controller does not always copy its owner's labels (LWS before v0.10.0 does not
+            # put the Kueue queue label on its leader StatefulSet): what its template lacks was
+            # decided where the owner was written, and Kueue adds the labels to the Pods it admits.
             return (
                 f"it is made by {self.owner.describe()}, checked when that was created, and "
                 "Kueue may add the node labels to the Pods it admits"
