@@ -13,7 +13,6 @@ a class and never refuses what this server admits, so each verdict here is this 
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 import uuid
@@ -26,6 +25,7 @@ import pytest
 from dev.chart import _template, url_mode_configurations
 from dev.controlplane import ControlPlane
 from dev.operator_crds import crd_dirs, install_crds
+from tests.support.service_account import token_kubeconfig
 from tests.support.webhook_process import WebhookProcess, make_certs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -79,31 +79,6 @@ def chart_rbac() -> list[dict[str, Any]]:
     return [o for o in rendered if o.get("kind") in kinds]
 
 
-def token_kubeconfig(cp: ControlPlane, account: str, path: Path) -> Path:
-    token = cp.kubectl(
-        "create", "token", account, "-n", NAMESPACE, "--duration=1h", check=True
-    ).stdout.strip()
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "e2e",
-                "cluster": {
-                    "server": cp.server,
-                    "certificate-authority-data": base64.b64encode(cp.ca_pem).decode(),
-                },
-            }
-        ],
-        "users": [{"name": "sa", "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "e2e", "user": "sa"}}],
-        "current-context": "sa",
-    }
-    path.write_text(json.dumps(config))
-    path.chmod(0o600)
-    return path
-
-
 @pytest.fixture(scope="module")
 def server(
     control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
@@ -122,7 +97,9 @@ def server(
     environment = {
         "TPU_WEBHOOK_CLUSTER_OBJECTS": "true",
         "TPU_WEBHOOK_CLUSTER_SYNC_SECONDS": "1",
-        "TPU_WEBHOOK_KUBECONFIG": str(token_kubeconfig(cp, account, work / "kubeconfig")),
+        "TPU_WEBHOOK_KUBECONFIG": str(
+            token_kubeconfig(cp, account, NAMESPACE, work / "kubeconfig")
+        ),
     }
     cp.kubectl("apply", "-f", "-", input=json.dumps(compute_class(CLASS, 4, "2x2")), check=True)
     with WebhookProcess(work, env=environment) as process:
