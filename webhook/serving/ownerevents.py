@@ -19,9 +19,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from webhook.certificates.kubeapi import ApiError, KubeApi
+from webhook.certificates.kubeapi import ApiError
 from webhook.serving.eventbook import (
     Entry,
     EventBook,
@@ -51,13 +51,23 @@ LOG_EVERY_SECONDS = 60.0
 UNREADABLE = frozenset({403, 404})
 
 
+class EventApi(Protocol):
+    """The calls the recorder makes (certificates/kubeapi.KubeApi's)."""
+
+    def get(self, path: str) -> dict[str, Any]: ...
+
+    def create_event(self, namespace: str, event: Mapping[str, Any]) -> None: ...
+
+    def patch_event(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None: ...
+
+
 class Held(Exception):
     """The rate limit holds an owner read back: the record is dropped."""
 
 
 @dataclass
 class OwnerEvents:
-    api: KubeApi
+    api: EventApi
     queue: OwnerEventQueue
     instance: str = field(default_factory=socket.gethostname)  # the Pod's name, in a cluster
     book: EventBook = field(default_factory=EventBook)
