@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+
 from webhook.certificates.kubeapi import ApiError
 from webhook.serving.eventbook import EventBook, Finding, Limits
 from webhook.serving.ownerchain import ObjectRef, object_path
@@ -37,7 +39,7 @@ def stored(item: ObjectRef, owner: ObjectRef | None = None) -> dict[str, Any]:
 
 class World:
     """The API as the recorder sees it: objects by path, Events by name, and the status each
-    kind of call fails with (0: it works)."""
+    kind of call fails with (0: it works; -1: no connection)."""
 
     def __init__(self, *objects: tuple[ObjectRef, ObjectRef | None]) -> None:
         self.objects = {object_path(item): stored(item, owner) for item, owner in objects}
@@ -47,6 +49,8 @@ class World:
 
     def _call(self, call: str) -> None:
         self.calls.append(call)
+        if self.fail[call] == -1:
+            raise ConnectionRefusedError("[Errno 111] Connection refused")
         if self.fail[call]:
             raise ApiError(f"{self.fail[call]}: refused", self.fail[call])
 
@@ -179,3 +183,25 @@ def test_the_server_s_limit_drops_a_record_whose_owners_it_cannot_read() -> None
     events.handle(record())
     assert world.calls == []
     assert events.queue.counts.snapshot() == {("dropped", "tpu.topology-missing", "denied"): 1}
+
+
+def test_an_api_server_out_of_reach_fails_the_records_and_is_logged_once_a_minute(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    world = World((JOB, None))
+    world.fail["get"] = -1
+    events, clock = recorder(world)
+    for _ in range(3):
+        events.handle(record())
+    clock.now += 60
+    events.handle(record())
+    assert events.queue.counts.snapshot() == {("failed", "tpu.topology-missing", "denied"): 4}
+    warned = [r.getMessage() for r in caplog.records if r.name == "tpu_webhook.events"]
+    assert (
+        warned
+        == [
+            f"owner events: reading the owners of Pod {NS}/train-slice-0-0-x7k2p failed: "
+            "[Errno 111] Connection refused"
+        ]
+        * 2
+    )

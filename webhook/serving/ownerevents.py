@@ -89,13 +89,15 @@ class OwnerEvents:
             self.stop.set()
 
     def work(self) -> None:
+        flushed = self.clock()
         while not self.stop.is_set():
             record = self.queue.take(IDLE_SECONDS)
             try:
-                if record is None:
-                    self.flush()
-                else:
+                if record is not None:
                     self.handle(record)
+                if record is None or self.clock() - flushed >= IDLE_SECONDS:
+                    flushed = self.clock()
+                    self.flush()
             except Exception:
                 log.exception("owner events: a record failed")
 
@@ -103,7 +105,7 @@ class OwnerEvents:
         """The record's findings as Events on the top of its owners."""
         try:
             owner = self.owners.top(record.owner, self.read)
-        except (ApiError, Held) as error:
+        except Exception as error:  # the API's refusal, or no connection to it
             result = DROPPED if isinstance(error, Held) else FAILED
             if result == FAILED:
                 self._warn(f"reading the owners of {record.child}", error)
@@ -140,7 +142,7 @@ class OwnerEvents:
             return
         try:
             self.api.create_event(owner.namespace, event_body(entry, self.instance))
-        except ApiError as error:
+        except Exception as error:
             self.book.forget(key)
             self.queue.counts.add(FAILED, finding)
             self._warn(f"creating an Event on {owner.describe()}", error)
@@ -156,10 +158,10 @@ class OwnerEvents:
             return
         try:
             self.api.patch_event(entry.owner.namespace, entry.name, repeat_patch(entry))
-        except ApiError as error:
+        except Exception as error:
             self.book.forget(key)
             self.queue.counts.add(FAILED, entry.finding, entry.pending)
-            if error.status != 404:
+            if not isinstance(error, ApiError) or error.status != 404:
                 self._warn(f"counting into Event {entry.name}", error)
             return
         self.book.written(key, entry)
@@ -171,7 +173,8 @@ class OwnerEvents:
             self.write_repeats(key, entry, now)
 
     def _warn(self, doing: str, error: Exception) -> None:
-        """Log a failure, once a minute per status (a missing RBAC rule fails every call)."""
+        """Log a failure, once a minute per status (a missing RBAC rule, or an API server out of
+        reach, fails every call)."""
         status = error.status if isinstance(error, ApiError) else 0
         now = self.clock()
         if now - self.logged.get(status, float("-inf")) >= LOG_EVERY_SECONDS:
