@@ -89,6 +89,10 @@ NOTHING = {
     "a dry run": (owned(tpu_pod("3"), JOB_REF), {"dryRun": True}),
     "no finding": (owned(tpu_pod("8"), JOB_REF), {}),
     "no owner: its author saw the denial": (tpu_pod("3"), {}),
+    "a mirror Pod (its Node is no workload's maker)": (
+        owned(tpu_pod("3"), {**JOB_REF, "apiVersion": "v1", "kind": "Node", "name": "node-1"}),
+        {},
+    ),
     "an owner that is not the controller": (
         owned(tpu_pod("3"), {**JOB_REF, "controller": False}),
         {},

@@ -16,6 +16,7 @@ from webhook.admission.responses import Mode
 from webhook.admission.review import Request
 from webhook.policy.bounds import MAX_FINDINGS
 from webhook.policy.decide import Verdict
+from webhook.policy.workloads import owner_role
 from webhook.serving.eventbook import Finding
 from webhook.serving.ownerchain import ObjectRef, controller_ref
 
@@ -37,7 +38,9 @@ class Record(NamedTuple):
 
 def record_of(request: Request, endpoint: Endpoint, mode: Mode, answered: Verdict) -> Record | None:
     """The record of a review answered `answered` (in its mode), or None when it records
-    nothing: a dry run, no finding, or an object without a controlling owner."""
+    nothing: a dry run, no finding, or an object no controller made (a controlling owner of a
+    built-in kind that makes no workloads, a Node of a mirror Pod, is no maker: the policy's
+    owner_role)."""
     if request.dry_run or not (answered.denials or answered.warnings):
         return None
     obj = request.object
@@ -45,7 +48,7 @@ def record_of(request: Request, endpoint: Endpoint, mode: Mode, answered: Verdic
     if not isinstance(metadata, dict) or not request.namespace:
         return None
     owner = controller_ref(metadata, request.namespace)
-    if owner is None:
+    if owner is None or owner_role(owner.group, owner.kind) is None:
         return None
     name = request.name or metadata.get("name") or metadata.get("generateName")
     child = f"{request.kind.kind} {request.namespace}/{name if isinstance(name, str) else ''}"
