@@ -95,6 +95,10 @@ class Settings(BaseSettings):
     # every cluster_sync_seconds (the chart's clusterObjects); off: only what a review carries.
     cluster_objects: bool = False
     cluster_sync_seconds: float = Field(default=30.0, gt=0)
+    # Record a Kubernetes Event on the object a person wrote (the top of the controlling
+    # ownerReferences) when an object a controller made is warned or denied, so that `kubectl
+    # describe` on it shows why (the chart's ownerEvents; serving/ownerevents.py).
+    owner_events: bool = False
     # The GKE mode whose admission rules are applied too: Autopilot refuses host namespaces,
     # host ports and some node selectors (webhook/policy/autopilot.py). "detect": Autopilot when
     # the cluster serves its API (read with cluster_objects).

@@ -244,19 +244,18 @@ NO_CLUSTER_OBJECTS = {"clusterObjects.enabled": "false"}
 
 
 def rbac(docs: Sequence[Manifest]) -> list[Manifest]:
-    """The RBAC objects of a render, but the read-only cluster-objects ones (tested apart)."""
-    return [
-        d
-        for d in docs
-        if d["kind"] in RBAC and not d["metadata"]["name"].endswith("-cluster-objects")
-    ]
+    """The RBAC objects of a render, but the read-only cluster-objects ones and the owner-events
+    ones (tested apart: tests/chart/test_chart_owner_events.py)."""
+    apart = ("-cluster-objects", "-owner-events")
+    return [d for d in docs if d["kind"] in RBAC and not d["metadata"]["name"].endswith(apart)]
 
 
 @pytest.mark.parametrize(
     "values", [p for p, _ in NO_POD_MONITORING], ids=[i for _, i in NO_POD_MONITORING]
 )
 def test_no_rbac_without_a_pod_monitoring(helm_env: dict[str, str], values: Path) -> None:
-    # Beyond reading the cluster objects, the server calls no API: no other permission.
+    # Beyond reading the cluster objects and recording Events on owners, the server calls no
+    # API: no other permission.
     assert rbac(render(helm_env, values)) == []
     assert not kinds(render(helm_env, values, sets=NO_CLUSTER_OBJECTS)) & RBAC
 
@@ -264,7 +263,7 @@ def test_no_rbac_without_a_pod_monitoring(helm_env: dict[str, str], values: Path
 def test_cluster_objects_grant_only_reading_exactly_what_decisions_read(
     helm_env: dict[str, str],
 ) -> None:
-    docs = render(helm_env)
+    docs = render(helm_env, sets={"ownerEvents.enabled": "false"})  # its role alone
     role = only(docs, "ClusterRole")
     account = only(docs, "ServiceAccount")["metadata"]["name"]
     assert role["metadata"]["name"] == f"{account}-cluster-objects"

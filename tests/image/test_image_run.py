@@ -105,9 +105,15 @@ def deployment(built_image: BuiltImage) -> dict[str, Any]:
     return render_deployment(built_image)
 
 
-# No API server here: the chart's cluster reads (on by default) are off for the run; they are
-# tested against a real one in tests/e2e. Without this the server stops at once, as tested below.
-OUTSIDE_A_CLUSTER = ["--env", "TPU_WEBHOOK_CLUSTER_OBJECTS=false"]
+# No API server here: the chart's cluster reads and owner Events (on by default) are off for the
+# run; they are tested against a real one in tests/e2e. Without this the server stops at once, as
+# tested below.
+OUTSIDE_A_CLUSTER = [
+    "--env",
+    "TPU_WEBHOOK_CLUSTER_OBJECTS=false",
+    "--env",
+    "TPU_WEBHOOK_OWNER_EVENTS=false",
+]
 
 
 def test_the_chart_pod_outside_a_cluster_says_what_it_misses(

@@ -73,7 +73,8 @@ def test_cluster_reads_without_credentials_stop_the_start_in_one_line(tmp_path: 
     assert done.stderr.splitlines()[-1] == (
         "error: no credentials for the API server (Service host/port is not set.): in a Pod they "
         "are its ServiceAccount's; elsewhere set TPU_WEBHOOK_KUBECONFIG, or turn off what reads "
-        "the cluster (TPU_WEBHOOK_CLUSTER_OBJECTS, TPU_WEBHOOK_CERT_SECRET)"
+        "the cluster (TPU_WEBHOOK_CLUSTER_OBJECTS, TPU_WEBHOOK_OWNER_EVENTS, "
+        "TPU_WEBHOOK_CERT_SECRET)"
     )
 
 

@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives import serialization
 from dev.controlplane import ControlPlane
 from dev.processes import free_port, stop_process
 from dev.tools import REPO_ROOT
+from tests.support.chart_identity import token_kubeconfig
 
 CHART = REPO_ROOT / "charts" / "tpu-webhook"
 KINDS = ("mutatingwebhookconfiguration", "validatingwebhookconfiguration")
@@ -110,28 +111,7 @@ class Release:
 
     def service_account_kubeconfig(self, cp: ControlPlane, path: Path) -> Path:
         """A kubeconfig with a token of the chart's ServiceAccount (TokenRequest, 1 h)."""
-        token = cp.kubectl(
-            "create", "token", self.fullname, "-n", self.namespace, "--duration=1h", check=True
-        ).stdout.strip()
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "e2e",
-                    "cluster": {
-                        "server": cp.server,
-                        "certificate-authority-data": base64.b64encode(cp.ca_pem).decode(),
-                    },
-                }
-            ],
-            "users": [{"name": "sa", "user": {"token": token}}],
-            "contexts": [{"name": "sa", "context": {"cluster": "e2e", "user": "sa"}}],
-            "current-context": "sa",
-        }
-        path.write_text(json.dumps(config))
-        path.chmod(0o600)
-        return path
+        return token_kubeconfig(cp, self.fullname, self.namespace, path)
 
     def server_env(self, kubeconfig: Path, **extra: str) -> dict[str, str]:
         """The environment the chart's Deployment gives the server, out of a cluster."""

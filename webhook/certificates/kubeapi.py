@@ -1,5 +1,6 @@
 """The few Kubernetes API calls of the server, with the `kubernetes` client: the selfManaged
-certificate mode's reads and patches, and the read-only lists of the cluster watcher.
+certificate mode's reads and patches, the read-only lists of the cluster watcher, and the owner
+reads and Events of the owner-event recorder (serving/ownerevents.py).
 
 The client's configuration, authentication (the ServiceAccount token, re-read as the kubelet
 rotates it), TLS and transport, on the API paths of the three objects: its generated API classes
@@ -28,6 +29,8 @@ TIMEOUT = (5.0, 10.0)  # seconds to connect, to read
 SECRET = "/api/v1/namespaces/{namespace}/secrets/{name}"
 # Objects as their metadata alone (the API server's PartialObjectMetadataList), JSON otherwise.
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+EVENTS = "/api/v1/namespaces/{namespace}/events"
+EVENT = "/api/v1/namespaces/{namespace}/events/{name}"
 CONFIGURATIONS: dict[Configuration, str] = {
     MUTATING: "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{name}",
     VALIDATING: "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}",
@@ -65,7 +68,8 @@ class KubeApi:
             raise StartupError(
                 f"no credentials for the API server ({error}): in a Pod they are its "
                 "ServiceAccount's; elsewhere set TPU_WEBHOOK_KUBECONFIG, or turn off what reads "
-                "the cluster (TPU_WEBHOOK_CLUSTER_OBJECTS, TPU_WEBHOOK_CERT_SECRET)"
+                "the cluster (TPU_WEBHOOK_CLUSTER_OBJECTS, TPU_WEBHOOK_OWNER_EVENTS, "
+                "TPU_WEBHOOK_CERT_SECRET)"
             ) from error
         return cls(k8s.ApiClient(configuration))
 
@@ -90,8 +94,16 @@ class KubeApi:
         self._call("PATCH", CONFIGURATIONS[kind], patch, strategic, name=name)
 
     def get(self, path: str) -> dict[str, Any]:
-        """GET a path (discovery: `/apis/auto.gke.io`)."""
+        """GET a path (discovery: `/apis/auto.gke.io`; an object: `/apis/batch/v1/namespaces/
+        ns/jobs/name`)."""
         return self._call("GET", path)
+
+    def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
+        self._call("POST", EVENTS, event, "application/json", namespace=namespace)
+
+    def patch_event(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        merge = "application/merge-patch+json"
+        self._call("PATCH", EVENT, patch, merge, namespace=namespace, name=name)
 
     def list_all(
         self,

@@ -33,6 +33,7 @@ from webhook.policy.offered import Declared, OfferPolicy
 from webhook.serving.endpoint import AdmissionEndpoint
 from webhook.serving.metrics import Metrics
 from webhook.serving.offload import Offload
+from webhook.serving.ownerqueue import OwnerEventQueue
 from webhook.serving.reviewlog import ReviewLog
 from webhook.serving.tls import CertificateSource, ServingTLS
 from webhook.settings import Settings
@@ -60,6 +61,8 @@ class Webhook:
     source: CertificateSource | None = None  # None: the certificate files are watched
     # more tasks the app runs for its lifetime (the cluster watcher): added before it starts
     background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
+    # findings of controller-made objects, for the owner-event recorder (closed without one)
+    owner_events: OwnerEventQueue = field(default_factory=OwnerEventQueue)
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         problem = self.source.problem() if self.source is not None else ""
@@ -155,6 +158,7 @@ def _endpoint(webhook: Webhook, endpoint: Endpoint, mode: Mode) -> AdmissionEndp
         webhook.review_log,
         webhook.settings.max_body_bytes,
         webhook.offload,
+        webhook.owner_events,
     )
 
 

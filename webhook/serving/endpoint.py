@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -23,6 +23,7 @@ from webhook.admission.review import Request, ReviewError, parse_review_prefilte
 from webhook.policy.decide import Verdict
 from webhook.serving.metrics import Metrics
 from webhook.serving.offload import Offload
+from webhook.serving.ownerqueue import OwnerEventQueue
 from webhook.serving.reviewlog import ReviewLine, ReviewLog
 
 Scope = MutableMapping[str, Any]
@@ -60,6 +61,7 @@ class AdmissionEndpoint:
     review_log: ReviewLog
     max_body_bytes: int
     offload: Offload
+    owner_events: OwnerEventQueue = field(default_factory=OwnerEventQueue)  # closed: none
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
@@ -92,6 +94,8 @@ class AdmissionEndpoint:
             self.review_log.write(
                 _log_line(request, self.endpoint, mode, answered, decided.result, seconds)
             )
+        if request is not None and self.owner_events.enabled:
+            self.owner_events.offer(request, self.endpoint, mode, answered)
 
     def decide(self, body: bytes, mode: Mode) -> Decided:
         """The answer to one review body: 200 with a review, 400, or 500 for our own bug."""

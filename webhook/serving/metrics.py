@@ -62,6 +62,8 @@ class Metrics:
         self.cert_expiry = 0.0
         # objects of each kind the cluster watcher holds (None: it does not run)
         self.cluster_objects: Callable[[], dict[str, int]] | None = None
+        # (result, rule, outcome) -> findings of the owner-event recorder (None: it does not run)
+        self.owner_events: Callable[[], dict[tuple[str, str, str], int]] | None = None
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(self)
 
@@ -135,6 +137,16 @@ class Metrics:
             for kind, count in sorted(self.cluster_objects().items()):
                 held.add_metric((kind,), count)
             yield held
+        if self.owner_events is not None:
+            events = CounterMetricFamily(
+                "tpu_webhook_owner_events",
+                "Findings on objects controllers made, as Events on their owner: recorded (a new "
+                "Event), correlated (counted into one), dropped (rate limit, full queue), failed.",
+                labels=("result", "rule", "outcome"),
+            )
+            for labels, count in sorted(self.owner_events().items()):
+                events.add_metric(labels, count)
+            yield events
         yield GaugeMetricFamily(
             "tpu_webhook_serving_certificate_expiry_timestamp_seconds",
             "Unix time when the serving certificate expires (0 without TLS).",

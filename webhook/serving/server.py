@@ -87,8 +87,8 @@ def serve(settings: Settings) -> int:
             failing_grace_seconds=settings.cert_reload_failing_seconds,
         )
     app = create_app(settings, tls, source)
-    if settings.cluster_objects:
-        _watch_cluster(settings, app.state.webhook)
+    if settings.cluster_objects or settings.owner_events:
+        _use_cluster(settings, app.state.webhook)
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -138,21 +138,29 @@ def _self_managed(settings: Settings, tls: ServingTLS) -> CertificateSource:
     return SecretCertificates.from_settings(settings, tls)
 
 
-def _watch_cluster(settings: Settings, webhook: Webhook) -> None:
-    """The cluster watcher, run by the app; imported here so other modes never load
-    `kubernetes`."""
+def _use_cluster(settings: Settings, webhook: Webhook) -> None:
+    """The cluster watcher and the owner-event recorder, run by the app over one API client;
+    imported here so other modes never load `kubernetes`."""
     from webhook.certificates.kubeapi import KubeApi
-    from webhook.serving.clusterwatch import ClusterWatch
 
-    watch = ClusterWatch(
-        KubeApi.connect(settings.kubeconfig),
-        webhook.policy.cluster,
-        webhook.policy.catalog,
-        settings.cluster_sync_seconds,
-        xpk_configmap=settings.xpk_configmap,
-    )
-    webhook.background.append(watch.run)
-    webhook.metrics.cluster_objects = watch.counts
+    api = KubeApi.connect(settings.kubeconfig)
+    if settings.cluster_objects:
+        from webhook.serving.clusterwatch import ClusterWatch
+
+        watch = ClusterWatch(
+            api,
+            webhook.policy.cluster,
+            webhook.policy.catalog,
+            settings.cluster_sync_seconds,
+            xpk_configmap=settings.xpk_configmap,
+        )
+        webhook.background.append(watch.run)
+        webhook.metrics.cluster_objects = watch.counts
+    if settings.owner_events:
+        from webhook.serving.ownerevents import OwnerEvents
+
+        webhook.background.append(OwnerEvents(api, webhook.owner_events).run)
+        webhook.metrics.owner_events = webhook.owner_events.counts.snapshot
 
 
 def _context_of(
