@@ -84,6 +84,10 @@ class Settings(BaseSettings):
     # host ports and some node selectors (webhook/policy/autopilot.py). "detect": Autopilot when
     # the cluster serves its API (read with cluster_objects).
     profile: Literal["standard", "autopilot", "detect"] = "standard"
+    # Audit the TPU workloads stored in the cluster every this many seconds, off the request
+    # path, and write the PolicyReports `tpu-webhook audit --policy-reports` writes (the
+    # chart's `audit`); 0: never.
+    audit_interval_seconds: float = Field(default=0, ge=0)
     # The identity that calls the Kubernetes API out of a cluster; in a Pod, its ServiceAccount.
     kubeconfig: Path | None = None
 

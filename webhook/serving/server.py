@@ -15,6 +15,7 @@ import ssl
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 import uvicorn
@@ -25,6 +26,9 @@ from webhook.serving.app import Webhook, create_app
 from webhook.serving.protocol import WebhookHttpProtocol, WebhookLoop
 from webhook.serving.tls import CertificateSource, ServingTLS
 from webhook.settings import Settings
+
+if TYPE_CHECKING:
+    from webhook.certificates.kubeapi import KubeApi
 
 log = logging.getLogger("tpu_webhook.server")
 
@@ -87,8 +91,12 @@ def serve(settings: Settings) -> int:
             failing_grace_seconds=settings.cert_reload_failing_seconds,
         )
     app = create_app(settings, tls, source)
-    if settings.cluster_objects:
-        _watch_cluster(settings, app.state.webhook)
+    if settings.cluster_objects or settings.audit_interval_seconds:
+        api = _kube_api(settings)
+        if settings.cluster_objects:
+            _watch_cluster(settings, app.state.webhook, api)
+        if settings.audit_interval_seconds:
+            _audit_periodically(settings, app.state.webhook, api)
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -138,20 +146,35 @@ def _self_managed(settings: Settings, tls: ServingTLS) -> CertificateSource:
     return SecretCertificates.from_settings(settings, tls)
 
 
-def _watch_cluster(settings: Settings, webhook: Webhook) -> None:
-    """The cluster watcher, run by the app; imported here so other modes never load
-    `kubernetes`."""
+def _kube_api(settings: Settings) -> KubeApi:
+    """One API client for the cluster watcher and the periodic audit; imported here so other
+    modes never load `kubernetes`."""
     from webhook.certificates.kubeapi import KubeApi
+
+    return KubeApi.connect(settings.kubeconfig)
+
+
+def _watch_cluster(settings: Settings, webhook: Webhook, api: KubeApi) -> None:
+    """The cluster watcher, run by the app."""
     from webhook.serving.clusterwatch import ClusterWatch
 
     watch = ClusterWatch(
-        KubeApi.connect(settings.kubeconfig),
+        api,
         webhook.policy.cluster,
         webhook.policy.catalog,
         settings.cluster_sync_seconds,
     )
     webhook.background.append(watch.run)
     webhook.metrics.cluster_objects = watch.counts
+
+
+def _audit_periodically(settings: Settings, webhook: Webhook, api: KubeApi) -> None:
+    """The periodic audit (webhook/audit/periodic.py), run by the app off the request path,
+    deciding with the policy and cluster view the reviews use."""
+    from webhook.audit.periodic import Auditor
+
+    auditor = Auditor(api, webhook.policy, settings.audit_interval_seconds)
+    webhook.background.append(auditor.run)
 
 
 def _context_of(
