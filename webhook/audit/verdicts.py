@@ -135,7 +135,7 @@ def missing_worker_env(patch: tuple[PatchOp, ...]) -> list[Finding]:
                     _field(path),
                     f"{_field(path)}: Required value: the Pods' hostnames need a subdomain "
                     f"({value}) and a headless Service of that name; tpu-webhook sets it at "
-                    "create; set it and create the object again",
+                    "create, so this object was created without it: set it",
                     denial=False,
                 )
             )
@@ -160,8 +160,8 @@ def _env_finding(path: str, names: list[str]) -> Finding:
     return Finding(
         WORKER_ENV_MISSING,
         field,
-        f"{field}: Required value: {listed} not set ({why}); tpu-webhook adds them at create: "
-        "the object was created without it; create it again with tpu-webhook on, or set them",
+        f"{field}: Required value: {listed} not set ({why}); tpu-webhook adds them at create, "
+        "so this object was created without it: set them, or create it again with tpu-webhook on",
         denial=False,
     )
 

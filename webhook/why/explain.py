@@ -113,17 +113,22 @@ def _status(e: Evidence) -> list[str]:
         if condition.get("status") == "True":
             message = f": {condition['message']}" if condition.get("message") else ""
             lines.append(f"{condition.get('type')} ({condition.get('reason', '')}){message}")
-    for pod in e.pods[:3] if e.kind != "Pod" else e.pods:
-        prefix = "" if e.kind == "Pod" else f"pod/{name_of(pod)}: "
+    said: dict[str, list[str]] = {}  # a line -> the Pods it is true of (said once)
+    for pod in e.pods:
         stuck = facts.unschedulable(pod)
-        if stuck is not None:
-            lines.append(f"{prefix}PodScheduled=False (Unschedulable): {stuck.message}")
-        lines += [f"{prefix}scheduling gates: {', '.join(g)}" for g in [facts.gates(pod)] if g]
+        found = [f"PodScheduled=False (Unschedulable): {stuck.message}"] if stuck else []
+        found += [f"scheduling gates: {', '.join(g)}" for g in [facts.gates(pod)] if g]
         for w in facts.waiting(pod):
             last = f", last {w.last_exit}" if w.last_exit else ""
-            lines.append(
-                f"{prefix}container {w.container}: {w.reason}, {w.restarts} restarts{last}"
-            )
+            found.append(f"container {w.container}: {w.reason}, {w.restarts} restarts{last}")
+        for line in found:
+            said.setdefault(line, []).append(name_of(pod))
+    for line, pods in said.items():
+        if e.kind == "Pod":
+            lines.append(line)
+            continue
+        more = f" and {len(pods) - 1} more" if len(pods) > 1 else ""
+        lines.append(f"pod/{pods[0]}{more}: {line}")
     return lines
 
 
@@ -187,29 +192,30 @@ def _placement(e: Evidence, pod: Mapping[str, Any], message: str) -> Reason:
     """Why the scheduler places the Pod on no node, by the clauses of its message."""
     selector = mapping(mapping(pod.get("spec")).get("nodeSelector"))
     asked = " ".join(str(selector[k]) for k in (ACCELERATOR_LABEL, TOPOLOGY_LABEL) if k in selector)
-    scheduler = f"the scheduler: {message}"
+    scheduler = f"the scheduler: {message.split('. ')[0].rstrip('.')}."
+    pods = "this Pod" if e.kind == "Pod" else "its Pods"
     if NO_NODE_MATCHES in message and asked:
         offered = "; ".join(e.offered) if e.offered else ""
         joined = (
-            f"the cluster offers {offered}; this Pod asks {asked}"
+            f"the cluster offers {offered}; {pods} ask{'s' * (e.kind == 'Pod')} {asked}"
             if offered
-            else f"no node has the TPU labels this Pod selects ({asked})"
+            else f"no node has the TPU labels {pods} select{'s' * (e.kind == 'Pod')} ({asked})"
         )
         return Reason(
-            f"{joined} ({scheduler})",
+            f"{joined}; {scheduler}",
             f"ask for a shape the cluster has, or add a node pool of {asked} (nodes appear "
             "without one only with node auto-provisioning)",
         )
     if TOO_FEW_CHIPS in message:
         return Reason(
             f"the nodes it may run on have too few free {TPU_RESOURCE} chips for its "
-            f"{_chips(pod)} ({scheduler})",
+            f"{_chips(pod)}; {scheduler}",
             "wait for the TPU Pods on them to finish, or add nodes: a slice needs all of its "
             "hosts free at once",
         )
     if UNTOLERATED in message:
         return Reason(
-            f"it does not tolerate the nodes' taint ({scheduler})",
+            f"it does not tolerate the nodes' taint; {scheduler}",
             f"add the toleration (GKE taints TPU nodes {TPU_RESOURCE}=present:NoSchedule)",
         )
     return Reason(scheduler, "each clause of the message counts the nodes that fail one test")

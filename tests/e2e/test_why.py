@@ -1,0 +1,173 @@
+"""`kubectl tpu why` on the one-node cluster, with the real scheduler.
+
+The node (tests/support/node.py) is labelled as one host of a tpu-v6e-slice 2x4 node pool (a
+ct6e-standard-4t VM, 4 chips, `google.com/tpu: 4` advertised). A Pod that asks for a shape the
+node is not stays Pending: the real kube-scheduler records PodScheduled=False (Unschedulable)
+and a FailedScheduling Event, and `kubectl tpu why` (the real kubectl's plugin discovery) joins
+them with what the webhook sees. No tpu-webhook is registered: the objects are stored as
+written, as in a cluster where it was not installed yet.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dev.tools import REPO_ROOT, tools_dir
+from tests.support.node import ClusterNode
+
+pytestmark = [pytest.mark.e2e, pytest.mark.debian, pytest.mark.timeout(600)]
+
+SCRIPTS = os.path.dirname(sys.executable)  # kubectl-tpu of this venv
+V6E_2X4_HOST = {
+    "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+    "cloud.google.com/gke-tpu-topology": "2x4",
+    "cloud.google.com/gke-accelerator-count": "4",
+}
+NO_MATCH = "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
+
+
+@pytest.fixture(scope="module")
+def node(debian_packages: None) -> Iterator[ClusterNode]:
+    """The one-node cluster as one host of a v6e 2x4 pool; stopped after this module."""
+    cluster = ClusterNode(tools_dir(), labels=V6E_2X4_HOST, tpu_chips=4)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def namespace(node: ClusterNode) -> Iterator[str]:
+    name = f"why-{uuid.uuid4().hex[:8]}"
+    node.kubectl("create", "namespace", name, check=True)
+    node.wait_for(
+        f"ServiceAccount {name}/default",
+        lambda: node.kubectl("get", "sa", "default", "-n", name).returncode == 0,
+    )
+    yield name
+    node.kubectl("delete", "namespace", name, "--wait=false")
+
+
+def pod_spec(topology: str, chips: int) -> dict[str, Any]:
+    return {
+        "restartPolicy": "Never",
+        "nodeSelector": {
+            "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+            "cloud.google.com/gke-tpu-topology": topology,
+        },
+        "containers": [
+            {
+                "name": "main",
+                "image": "localhost/tpu-webhook-e2e/pause:1",
+                "imagePullPolicy": "Never",
+                "resources": {"limits": {"google.com/tpu": str(chips)}},
+            }
+        ],
+    }
+
+
+def create(node: ClusterNode, namespace: str, obj: dict[str, Any]) -> None:
+    node.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(obj), check=True)
+
+
+def failed_scheduling(node: ClusterNode, namespace: str, pod: str) -> str:
+    """The scheduler's FailedScheduling message about `pod`, once there is one."""
+
+    def probe() -> str:
+        got = node.kubectl(
+            "get", "events", "-n", namespace, "-o", "json",
+            "--field-selector", f"involvedObject.name={pod},reason=FailedScheduling",
+        )  # fmt: skip
+        items = json.loads(got.stdout or "{}").get("items") or []
+        return str(items[0]["message"]) if items else ""
+
+    return str(node.wait_for(f"FailedScheduling of {pod}", probe, timeout=90))
+
+
+def pods_of(node: ClusterNode, namespace: str) -> list[dict[str, Any]]:
+    got = node.kubectl("get", "pods", "-n", namespace, "-o", "json", check=True)
+    return list(json.loads(got.stdout)["items"])
+
+
+def kubectl_tpu(node: ClusterNode, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        "PATH": os.pathsep.join([SCRIPTS, str(tools_dir()), "/usr/bin", "/bin"]),
+        "HOME": os.environ.get("HOME", "/root"),
+        "KUBECONFIG": str(node.cp.kubeconfig),
+    }
+    return subprocess.run(
+        [str(tools_dir() / "kubectl"), "tpu", *args],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_why_explains_a_pod_that_asks_a_shape_no_node_has(
+    node: ClusterNode, namespace: str
+) -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "v6e-2x2"}}
+    create(node, namespace, pod | {"spec": pod_spec("2x2", 4)})
+    assert failed_scheduling(node, namespace, "v6e-2x2").startswith(NO_MATCH)
+
+    why = kubectl_tpu(node, "why", "pod/v6e-2x2", "-n", namespace)
+    lines = why.stdout.splitlines()
+    assert (why.returncode, why.stderr) == (0, "")
+    assert lines[0] == f"Pod {namespace}/v6e-2x2: Pending"
+    assert "TPU:      asks tpu-v6e-slice 2x2 = 4 chips at 4 per host needs 1 host" in lines
+    assert "Webhook:  admits it" in lines
+    assert any(
+        line.startswith(f"  PodScheduled=False (Unschedulable): {NO_MATCH}") for line in lines
+    )
+    events = lines.index("Events (newest first):")
+    assert " Warning  FailedScheduling  pod/v6e-2x2  0/1 nodes are available" in lines[events + 1]
+    (why_line,) = [line for line in lines if line.startswith("Why: ")]
+    assert why_line == (
+        "Why: no node has the TPU labels this Pod selects (tpu-v6e-slice 2x2); the scheduler: "
+        + NO_MATCH
+    )
+    assert lines[-1] == (
+        "Fix: ask for a shape the cluster has, or add a node pool of tpu-v6e-slice 2x2 (nodes "
+        "appear without one only with node auto-provisioning)"
+    )
+
+
+def test_why_follows_a_job_to_its_pending_pods(node: ClusterNode, namespace: str) -> None:
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "v6e-4x4"},
+        "spec": {
+            "completionMode": "Indexed",
+            "parallelism": 4,
+            "completions": 4,
+            "template": {"spec": pod_spec("4x4", 4) | {"subdomain": "v6e-4x4"}},
+        },
+    }
+    create(node, namespace, job)
+    pods = node.wait_for("the Job's 4 Pods", lambda: len(pods_of(node, namespace)) == 4)
+    pods = pods_of(node, namespace)
+    for pod in pods:
+        assert failed_scheduling(node, namespace, pod["metadata"]["name"]).startswith(NO_MATCH)
+
+    why = kubectl_tpu(node, "why", "job/v6e-4x4", "-n", namespace)
+    lines = why.stdout.splitlines()
+    assert (why.returncode, why.stderr) == (0, "")
+    assert lines[0] == f"Job {namespace}/v6e-4x4: 4 Pods: 4 Pending"
+    assert "TPU:      asks tpu-v6e-slice 4x4 = 16 chips at 4 per host needs 4 hosts" in lines
+    assert any("FailedScheduling  pod/v6e-4x4-" in line for line in lines)
+    (why_line,) = [line for line in lines if line.startswith("Why: ")]
+    assert why_line == (
+        "Why: no node has the TPU labels its Pods select (tpu-v6e-slice 4x4); the scheduler: "
+        + NO_MATCH
+    )
+    (status,) = [line for line in lines if "PodScheduled" in line]  # said once for the 4
+    assert status.startswith("  pod/v6e-4x4-")
+    assert f" and 3 more: PodScheduled=False (Unschedulable): {NO_MATCH}" in status
