@@ -152,7 +152,7 @@ def test_why_follows_a_job_to_its_pending_pods(node: ClusterNode, namespace: str
         },
     }
     create(node, namespace, job)
-    pods = node.wait_for("the Job's 4 Pods", lambda: len(pods_of(node, namespace)) == 4)
+    node.wait_for("the Job's 4 Pods", lambda: len(pods_of(node, namespace)) == 4)
     pods = pods_of(node, namespace)
     for pod in pods:
         assert failed_scheduling(node, namespace, pod["metadata"]["name"]).startswith(NO_MATCH)
