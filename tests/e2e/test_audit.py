@@ -11,6 +11,7 @@ written. The periodic audit is a `tpu-webhook serve` with TPU_WEBHOOK_AUDIT_INTE
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -22,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from dev.chart import _template
 from dev.controlplane import ControlPlane
 from dev.tools import REPO_ROOT, tools_dir
 from tests.e2e.conftest import wait_for
@@ -252,3 +254,70 @@ def test_the_server_audits_periodically_and_writes_the_report(
         assert "would be denied" in log
     finally:
         control_plane.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+def chart_identity(cp: ControlPlane, directory: Path, sets: dict[str, str]) -> Path:
+    """The chart's ServiceAccount and ClusterRoles for `sets`, applied; a kubeconfig with a
+    token of that account (what the server's Pod gets)."""
+    release = f"audit-{uuid.uuid4().hex[:6]}"
+    args = ["--set", "image.repository=example.com/tpu-webhook"]
+    for key, value in sets.items():
+        args += ["--set", f"{key}={value}"]
+    rendered = _template(None, release, "default", args)
+    kinds = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
+    rbac = [o for o in rendered if o.get("kind") in kinds]
+    cp.kubectl("apply", "-f", "-", input="\n".join(json.dumps(o) for o in rbac), check=True)
+    (account,) = [o["metadata"]["name"] for o in rbac if o["kind"] == "ServiceAccount"]
+    token = cp.kubectl(
+        "create", "token", account, "-n", "default", "--duration=1h", check=True
+    ).stdout.strip()
+    cluster = {
+        "server": cp.server,
+        "certificate-authority-data": base64.b64encode(cp.ca_pem).decode(),
+    }
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "e2e", "cluster": cluster}],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "e2e", "user": "sa"}}],
+        "current-context": "sa",
+    }
+    path = directory / "kubeconfig"
+    path.write_text(json.dumps(config))
+    path.chmod(0o600)
+    return path
+
+
+def test_the_chart_s_audit_role_is_enough_for_the_server(
+    control_plane: ControlPlane, team: str, tmp_path: Path
+) -> None:
+    kubeconfig = chart_identity(
+        control_plane, tmp_path, {"audit.enabled": "true", "clusterObjects.enabled": "false"}
+    )
+    control_plane.kubectl("delete", "policyreport", "tpu-webhook", "-n", team)
+    make_certs(tmp_path)
+    environment = {
+        "TPU_WEBHOOK_KUBECONFIG": str(kubeconfig),
+        "TPU_WEBHOOK_AUDIT_INTERVAL_SECONDS": "1",
+    }
+    with WebhookProcess(tmp_path, env=environment) as server:
+        (stored,) = wait_for(lambda: reports(control_plane, team), timeout=60)
+        log = server.wait_for_log("would be denied")
+    assert stored["summary"]["fail"] == 2
+    assert "forbidden" not in log
+
+
+def test_kinds_the_identity_may_not_list_are_named_in_one_line_each(
+    control_plane: ControlPlane, team: str, tmp_path: Path
+) -> None:
+    kubeconfig = chart_identity(control_plane, tmp_path, {})  # clusterObjects' role only
+    audited = run(control_plane, "audit", "-A", "--kubeconfig", str(kubeconfig))
+    lines = audited.stderr.splitlines()
+    assert (audited.returncode, audited.stdout) == (0, "")
+    assert lines[0].startswith(
+        'warning: Pods not audited: pods is forbidden: User "system:serviceaccount:default:'
+    )
+    assert lines[0].endswith('cannot list resource "pods" in API group "" at the cluster scope')
+    assert "warning: JobSets not audited: jobsets.jobset.x-k8s.io is forbidden" in audited.stderr
+    assert lines[-1] == "No TPU workloads found."
