@@ -299,3 +299,16 @@ def test_the_pods_of_a_workload_are_found_by_its_controllers_label(
 )
 def test_ages_are_printed_as_kubectl_prints_them(seconds: int, shown: str) -> None:
     assert facts.age(NOW - dt.timedelta(seconds=seconds), NOW) == shown
+
+
+def test_the_offered_shapes_are_read_from_the_view_where_it_has_them() -> None:
+    from types import SimpleNamespace
+
+    from webhook.live import offered_shapes
+    from webhook.policy.cluster import EMPTY
+
+    line = "tpu-v6e-slice 2x4 (node pool pool-a, 1 node)"
+    described = SimpleNamespace(offered=SimpleNamespace(describe=lambda: line))
+    listed = SimpleNamespace(offered=[SimpleNamespace(describe=lambda: line)])
+    assert offered_shapes(EMPTY) is None  # today's view: the Cluster line says "not known"
+    assert offered_shapes(described) == offered_shapes(listed) == (line,)
