@@ -92,11 +92,7 @@ def serve(settings: Settings) -> int:
         )
     app = create_app(settings, tls, source)
     if settings.cluster_objects or settings.audit_interval_seconds:
-        api = _kube_api(settings)
-        if settings.cluster_objects:
-            _watch_cluster(settings, app.state.webhook, api)
-        if settings.audit_interval_seconds:
-            _audit_periodically(settings, app.state.webhook, api)
+        _read_the_cluster(settings, app.state.webhook)
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -146,12 +142,16 @@ def _self_managed(settings: Settings, tls: ServingTLS) -> CertificateSource:
     return SecretCertificates.from_settings(settings, tls)
 
 
-def _kube_api(settings: Settings) -> KubeApi:
-    """One API client for the cluster watcher and the periodic audit; imported here so other
+def _read_the_cluster(settings: Settings, webhook: Webhook) -> None:
+    """The cluster watcher and the periodic audit, with one API client; imported here so other
     modes never load `kubernetes`."""
     from webhook.certificates.kubeapi import KubeApi
 
-    return KubeApi.connect(settings.kubeconfig)
+    api = KubeApi.connect(settings.kubeconfig)
+    if settings.cluster_objects:
+        _watch_cluster(settings, webhook, api)
+    if settings.audit_interval_seconds:
+        _audit_periodically(settings, webhook, api)
 
 
 def _watch_cluster(settings: Settings, webhook: Webhook, api: KubeApi) -> None:
