@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import os
 import shutil
 import signal
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import orjson
 
+from bench.cluster_cache import populated, wait_until_read
 from bench.corpus import CORPUS_DIR, load_corpus
 from bench.inprocess import Cost, measure
 from bench.procs import Server, stop_all
@@ -45,7 +48,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# {', '.join(args.servers)}: {profile.name} profile", flush=True)
         servers = [_server(name, work) for name in args.servers]
         servers += [_server(name, work, root) for name, root in args.compare]
-        results = bench_servers(servers, reviews, profile, files)
+        with contextlib.ExitStack() as stack:
+            if args.cluster_cache is not None:
+                _read_cluster(stack, servers, *args.cluster_cache)
+            results = bench_servers(servers, reviews, profile, files)
         if not args.no_inprocess:
             os.sched_setaffinity(0, {SERVER_CORE})
             costs = measure(reviews, profile.budget)
@@ -64,6 +70,19 @@ def main(argv: list[str] | None = None) -> int:
         raw = {"profile": profile.name, "results": results, "costs": costs}
         (args.out / "results.json").write_bytes(orjson.dumps(raw, option=orjson.OPT_INDENT_2))
     return 0
+
+
+def _read_cluster(
+    stack: contextlib.ExitStack, servers: list[Server], nodes: int, classes: int
+) -> None:
+    """A control plane holding the Nodes and classes (on the load core, as this process), read
+    by every webhook server before its load starts."""
+    print(f"# a control plane with {nodes} TPU Nodes and {classes} ComputeClasses", flush=True)
+    env = stack.enter_context(populated(nodes, classes))
+    for server in servers:
+        if server.name != "ceiling":
+            server.env.update(env)
+            server.after_start = partial(wait_until_read, nodes=nodes, classes=classes)
 
 
 def _server(name: str, work: Path, root: Path | None = None) -> Server:
@@ -101,11 +120,25 @@ def _parser() -> argparse.ArgumentParser:
         help="also load `python -m webhook serve` run from source tree DIR, in turn with the "
         "others (before/after a change; repeatable)",
     )
+    parser.add_argument(
+        "--cluster-cache",
+        type=_two_counts,
+        metavar="NODES,CLASSES",
+        help="our servers read a real API server holding this many TPU Nodes and ComputeClasses "
+        "(clusterObjects on) before the load, e.g. 1000,50",
+    )
     parser.add_argument("--review", action="append", help="only this corpus review (repeatable)")
     parser.add_argument("--out", type=Path, help="also write report.md and results.json here")
     parser.add_argument("--keep", action="store_true", help="keep the certificates and logs")
     parser.add_argument("--no-inprocess", action="store_true", help="skip the in-process timing")
     return parser
+
+
+def _two_counts(text: str) -> tuple[int, int]:
+    nodes, _, classes = text.partition(",")
+    if not nodes.isdigit() or not classes.isdigit():
+        raise argparse.ArgumentTypeError(f"expected NODES,CLASSES, e.g. 1000,50, got {text!r}")
+    return int(nodes), int(classes)
 
 
 def _named_tree(text: str) -> tuple[str, Path]:

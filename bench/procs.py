@@ -14,6 +14,7 @@ import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,9 @@ class Server:
     root: Path = ROOT  # the working directory: which webhook/ and bench/ `-m` imports
     process: subprocess.Popen[bytes] | None = None
     startup_seconds: float = 0.0
+    env: dict[str, str] = field(default_factory=dict)  # beside this process's environment
+    # called once the server is ready (before any load): e.g. until it has read the cluster
+    after_start: Callable[[Server], None] | None = None
 
     @property
     def log(self) -> Path:
@@ -54,10 +58,17 @@ class Server:
         with self.log.open("wb") as log:
             started = time.perf_counter()
             self.process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.root
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=self.root,
+                env={**os.environ, **self.env},
             )
         STARTED.append(self)
         self._wait_ready(started, timeout)
+        if self.after_start is not None:
+            self.after_start(self)
         return self
 
     def _wait_ready(self, started: float, timeout: float) -> None:

@@ -31,6 +31,7 @@ from webhook.offline import Result, admit
 from webhook.output import OutputError, accelerator_data, dump, kubectl_list, verdicts_text
 from webhook.policy.cluster import CLUSTER_KINDS, view_for
 from webhook.policy.decide import Options
+from webhook.policy.offered import Declared, OfferPolicy
 from webhook.policy.rules import BY_CODE, RULES
 
 EXIT_OK, EXIT_DENIED, EXIT_UNREADABLE, EXIT_BUG = 0, 1, 2, 3
@@ -154,6 +155,20 @@ def _offline_command(
         "are read too",
     )
     command.add_argument(
+        "--offered",
+        action="append",
+        default=[],
+        metavar="ACCELERATOR[=TOPOLOGY,...]",
+        help="a TPU shape the cluster offers, as the administrator declares it "
+        "(tpu-v6e-slice=2x4,8x8; no topologies: any) (repeatable); shapes are also read from "
+        "the Nodes, ComputeClasses, ResourceFlavors and xpk ConfigMap in --cluster-objects",
+    )
+    command.add_argument(
+        "--enforce-offered",
+        action="store_true",
+        help="deny a shape the --offered list does not offer (otherwise a warning)",
+    )
+    command.add_argument(
         "--profile",
         choices=["standard", "autopilot"],
         default="standard",
@@ -256,7 +271,8 @@ def _admit_all(args: argparse.Namespace) -> list[Result]:
     given = [found for source in args.filename for found in read_objects(source, warn=_warn)]
     held = [obj for source in args.cluster_objects for _, obj in read_objects(source, warn=_warn)]
     read = set(CLUSTER_KINDS) if args.cluster_objects else set()
-    view = view_for(catalog, [*held, *(obj for _, obj in given)], read)
+    offer = OfferPolicy(tuple(_declared(d) for d in args.offered), args.enforce_offered)
+    view = view_for(catalog, [*held, *(obj for _, obj in given)], read, offer)
     policy = Policy(catalog, Options(profile=args.profile), cluster=Cluster(view))
     results = []
     for origin, obj in given:
@@ -270,6 +286,14 @@ def _admit_all(args: argparse.Namespace) -> list[Result]:
                 "deeply (the API server would refuse this object)"
             ) from None
     return results
+
+
+def _declared(given: str) -> Declared:
+    """`tpu-v6e-slice=2x4,8x8` (or `tpu-v6e-slice`: any topology)."""
+    accelerator, _, topologies = given.partition("=")
+    if not accelerator:
+        raise ManifestError(f"--offered {given}: name an accelerator, e.g. tpu-v6e-slice=2x4")
+    return Declared(accelerator.strip(), tuple(t.strip() for t in topologies.split(",") if t))
 
 
 def _warn(message: str) -> None:

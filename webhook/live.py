@@ -19,6 +19,7 @@ from webhook.audit.verdicts import audit
 from webhook.catalog import load_catalog
 from webhook.certificates.kubeapi import ApiError, KubeApi
 from webhook.output import dump
+from webhook.policy.cluster import ClusterView
 from webhook.policy.decide import Options
 from webhook.serving.clusterwatch import ClusterWatch
 from webhook.why import explain, names
@@ -85,7 +86,7 @@ def run_why(args: argparse.Namespace) -> int:
         workload.kind,
         obj,
         audit(obj, policy),
-        offered_shapes(policy.cluster.view),
+        offered_shapes(policy.cluster.view, namespace),
         tuple(pods),
         tuple(events),
         dt.datetime.now(dt.UTC),
@@ -102,16 +103,12 @@ def _phase(obj: dict[str, Any]) -> str:
     return str((obj.get("status") or {}).get("phase", ""))
 
 
-def offered_shapes(view: object) -> tuple[str, ...] | None:
-    """The shapes the view says the cluster offers, one line each; None when it does not say.
-    (The view's `offered` arrives with issue 21's offered shapes: read where present.)"""
-    offered = getattr(view, "offered", None)
-    if offered is None:
+def offered_shapes(view: ClusterView, namespace: str) -> tuple[str, ...] | None:
+    """The shapes the view says the cluster offers to `namespace`, one line each; None when
+    nothing says (no source read, or every pool at zero)."""
+    if not view.offered.known:
         return None
-    describe = getattr(offered, "describe", None)
-    if callable(describe):
-        return tuple(line for line in str(describe()).splitlines() if line)
-    return tuple(str(getattr(o, "describe", lambda o=o: o)()) for o in offered)
+    return tuple(view.offered.describe(namespace).split("; "))
 
 
 def _connect(args: argparse.Namespace) -> tuple[KubeApi, Policy]:
@@ -125,10 +122,10 @@ def _pods(api: KubeApi, namespace: str, selector: str) -> list[dict[str, Any]]:
     if not selector:
         return []
     path = f"/api/v1/namespaces/{namespace}/pods"
-    return api.list_all(path, query=[("labelSelector", selector)])
+    return api.list_all(path, label_selector=selector)
 
 
 def _events(api: KubeApi, namespace: str, kind: str, name: str) -> list[dict[str, Any]]:
     selector = f"involvedObject.name={name},involvedObject.kind={kind}"
     path = f"/api/v1/namespaces/{namespace}/events"
-    return api.list_all(path, query=[("fieldSelector", selector)])
+    return api.list_all(path, field_selector=selector)

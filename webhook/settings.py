@@ -5,8 +5,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+OfferedSource = Literal["nodes", "computeClasses", "resourceFlavors", "xpk"]
+_LABEL_VALUE = r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$"
+
+
+class DeclaredShape(BaseModel):
+    """One entry of the administrator's list of offered TPU shapes (the chart's
+    `offeredShapes.declared`): an accelerator label, its topologies (none: any), the namespaces
+    it is offered to (none: every one)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    accelerator: str = Field(pattern=_LABEL_VALUE)
+    topologies: tuple[str, ...] = Field(default=(), max_length=256)
+    namespaces: frozenset[str] = Field(default=frozenset(), max_length=1024)
 
 
 class StartupError(Exception):
@@ -84,6 +99,16 @@ class Settings(BaseSettings):
     # host ports and some node selectors (webhook/policy/autopilot.py). "detect": Autopilot when
     # the cluster serves its API (read with cluster_objects).
     profile: Literal["standard", "autopilot", "detect"] = "standard"
+    # The TPU shapes the cluster offers (webhook/policy/offered.py): the sources the cluster
+    # watcher reads for them (with cluster_objects), xpk's resources ConfigMap as
+    # "namespace/name" (empty: not read), the administrator's list (JSON in the environment), and
+    # whether a shape that list does not offer is refused (otherwise only warned about).
+    offered_sources: frozenset[OfferedSource] = frozenset(
+        {"nodes", "computeClasses", "resourceFlavors", "xpk"}
+    )
+    xpk_configmap: str = Field(default="", pattern=r"^$|^[a-z0-9-]{1,63}/[a-z0-9.-]{1,253}$")
+    offered_shapes: tuple[DeclaredShape, ...] = Field(default=(), max_length=256)
+    enforce_offered_shapes: bool = False
     # Audit the TPU workloads stored in the cluster every this many seconds, off the request
     # path, and write the PolicyReports `tpu-webhook audit --policy-reports` writes (the
     # chart's `audit`); 0: never.

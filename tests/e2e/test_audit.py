@@ -11,7 +11,6 @@ written. The periodic audit is a `tpu-webhook serve` with TPU_WEBHOOK_AUDIT_INTE
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import subprocess
@@ -23,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from dev.chart import _template
 from dev.controlplane import ControlPlane
 from dev.tools import REPO_ROOT, tools_dir
 from tests.e2e.conftest import wait_for
+from tests.support.chart_identity import chart_rbac, token_kubeconfig
 from tests.support.webhook_process import WebhookProcess, make_certs
 
 pytestmark = pytest.mark.e2e
@@ -259,34 +258,11 @@ def test_the_server_audits_periodically_and_writes_the_report(
 def chart_identity(cp: ControlPlane, directory: Path, sets: dict[str, str]) -> Path:
     """The chart's ServiceAccount and ClusterRoles for `sets`, applied; a kubeconfig with a
     token of that account (what the server's Pod gets)."""
-    release = f"audit-{uuid.uuid4().hex[:6]}"
-    args = ["--set", "image.repository=example.com/tpu-webhook"]
-    for key, value in sets.items():
-        args += ["--set", f"{key}={value}"]
-    rendered = _template(None, release, "default", args)
-    kinds = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
-    rbac = [o for o in rendered if o.get("kind") in kinds]
+    values = [arg for key, value in sets.items() for arg in ("--set", f"{key}={value}")]
+    rbac = chart_rbac(f"audit-{uuid.uuid4().hex[:6]}", "default", values)
     cp.kubectl("apply", "-f", "-", input="\n".join(json.dumps(o) for o in rbac), check=True)
     (account,) = [o["metadata"]["name"] for o in rbac if o["kind"] == "ServiceAccount"]
-    token = cp.kubectl(
-        "create", "token", account, "-n", "default", "--duration=1h", check=True
-    ).stdout.strip()
-    cluster = {
-        "server": cp.server,
-        "certificate-authority-data": base64.b64encode(cp.ca_pem).decode(),
-    }
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "e2e", "cluster": cluster}],
-        "users": [{"name": "sa", "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "e2e", "user": "sa"}}],
-        "current-context": "sa",
-    }
-    path = directory / "kubeconfig"
-    path.write_text(json.dumps(config))
-    path.chmod(0o600)
-    return path
+    return token_kubeconfig(cp, account, "default", directory / "kubeconfig")
 
 
 def test_the_chart_s_audit_role_is_enough_for_the_server(

@@ -13,7 +13,6 @@ a class and never refuses what this server admits, so each verdict here is this 
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 import uuid
@@ -23,9 +22,10 @@ from typing import Any
 
 import pytest
 
-from dev.chart import _template, url_mode_configurations
+from dev.chart import url_mode_configurations
 from dev.controlplane import ControlPlane
 from dev.operator_crds import crd_dirs, install_crds
+from tests.support.chart_identity import chart_rbac, token_kubeconfig
 from tests.support.webhook_process import WebhookProcess, make_certs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -70,40 +70,6 @@ def dry_run(cp: ControlPlane, obj: dict[str, Any]) -> Any:
     return cp.kubectl("create", "--dry-run=server", "-n", WORK, "-f", "-", input=json.dumps(obj))
 
 
-def chart_rbac() -> list[dict[str, Any]]:
-    """The chart's ServiceAccount and its cluster-objects ClusterRole and binding (defaults)."""
-    rendered = _template(
-        None, RELEASE, NAMESPACE, ["--set", "image.repository=example.com/tpu-webhook"]
-    )
-    kinds = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
-    return [o for o in rendered if o.get("kind") in kinds]
-
-
-def token_kubeconfig(cp: ControlPlane, account: str, path: Path) -> Path:
-    token = cp.kubectl(
-        "create", "token", account, "-n", NAMESPACE, "--duration=1h", check=True
-    ).stdout.strip()
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "e2e",
-                "cluster": {
-                    "server": cp.server,
-                    "certificate-authority-data": base64.b64encode(cp.ca_pem).decode(),
-                },
-            }
-        ],
-        "users": [{"name": "sa", "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "e2e", "user": "sa"}}],
-        "current-context": "sa",
-    }
-    path.write_text(json.dumps(config))
-    path.chmod(0o600)
-    return path
-
-
 @pytest.fixture(scope="module")
 def server(
     control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
@@ -114,7 +80,7 @@ def server(
                "--timeout=60s", check=True)  # fmt: skip
     for name in (NAMESPACE, WORK):
         cp.kubectl("create", "namespace", name, check=True)
-    rbac = chart_rbac()
+    rbac = chart_rbac(RELEASE, NAMESPACE)
     cp.kubectl("apply", "-f", "-", input="\n".join(json.dumps(o) for o in rbac), check=True)
     (account,) = [o["metadata"]["name"] for o in rbac if o["kind"] == "ServiceAccount"]
     work = tmp_path_factory.mktemp("cluster-objects")
@@ -122,7 +88,9 @@ def server(
     environment = {
         "TPU_WEBHOOK_CLUSTER_OBJECTS": "true",
         "TPU_WEBHOOK_CLUSTER_SYNC_SECONDS": "1",
-        "TPU_WEBHOOK_KUBECONFIG": str(token_kubeconfig(cp, account, work / "kubeconfig")),
+        "TPU_WEBHOOK_KUBECONFIG": str(
+            token_kubeconfig(cp, account, NAMESPACE, work / "kubeconfig")
+        ),
     }
     cp.kubectl("apply", "-f", "-", input=json.dumps(compute_class(CLASS, 4, "2x2")), check=True)
     with WebhookProcess(work, env=environment) as process:
@@ -339,7 +307,11 @@ def test_a_trainjob_is_held_to_the_slice_of_its_stored_runtime(
 def test_the_chart_s_role_reads_the_cluster_objects_and_nothing_else(
     control_plane: ControlPlane, server: WebhookProcess
 ) -> None:
-    (account,) = [o["metadata"]["name"] for o in chart_rbac() if o["kind"] == "ServiceAccount"]
+    (account,) = [
+        o["metadata"]["name"]
+        for o in chart_rbac(RELEASE, NAMESPACE)
+        if o["kind"] == "ServiceAccount"
+    ]
     who = f"system:serviceaccount:{NAMESPACE}:{account}"
     allowed = {
         (verb, resource): control_plane.kubectl(
@@ -351,6 +323,7 @@ def test_the_chart_s_role_reads_the_cluster_objects_and_nothing_else(
             "resourceclaimtemplates.resource.k8s.io",
             "secrets",
             "pods",
+            "nodes",
         )
     }
     assert {k for k, v in allowed.items() if v == "yes"} == {
@@ -358,4 +331,6 @@ def test_the_chart_s_role_reads_the_cluster_objects_and_nothing_else(
         ("watch", "computeclasses.cloud.google.com"),
         ("list", "resourceclaimtemplates.resource.k8s.io"),
         ("watch", "resourceclaimtemplates.resource.k8s.io"),
+        ("list", "nodes"),  # the TPU shapes offered (offeredShapes.sources)
+        ("watch", "nodes"),
     }

@@ -20,6 +20,7 @@ from webhook.catalog.tpu import ACCELERATOR_LABEL, TOPOLOGY_LABEL, SliceShape
 from webhook.policy import decide
 from webhook.policy.cluster import ClusterView, view_of
 from webhook.policy.exemptions import Exemptions
+from webhook.policy.offered import Declared, OfferPolicy
 from webhook.policy.rules import BY_CODE, Severity
 
 CASES = Path(__file__).resolve().parents[1] / "cases"
@@ -59,11 +60,30 @@ def options_of(case: dict[str, Any]) -> decide.Options:
 
 
 def cluster_of(case: dict[str, Any]) -> ClusterView:
-    """The case's `cluster`: the objects the cluster holds (ComputeClasses...), and `read`:
-    the kinds read in full (default: those of the objects given)."""
+    """The case's `cluster`: the objects the cluster holds (ComputeClasses, Nodes...), `read`:
+    the kinds read in full (default: those of the objects given), and `offerPolicy`: the
+    administrator's declared shapes (`declared`: [{accelerator, topologies, namespaces}]) and
+    `enforce`."""
     dra = CATALOG.dra
     assert dra is not None
-    return view_of(case.get("cluster", ()), case.get("read", ()), dra.device_classes, dra.driver)
+    given = case.get("offerPolicy", {})
+    offer = OfferPolicy(
+        tuple(
+            Declared(
+                d["accelerator"], tuple(d.get("topologies", ())), frozenset(d.get("namespaces", ()))
+            )
+            for d in given.get("declared", ())
+        ),
+        enforce=given.get("enforce", False),
+    )
+    return view_of(
+        case.get("cluster", ()),
+        case.get("read", ()),
+        dra.device_classes,
+        dra.driver,
+        catalog=CATALOG,
+        offer=offer,
+    )
 
 
 @pytest.mark.parametrize("case", VALIDATE, ids=[c["name"] for c in VALIDATE])

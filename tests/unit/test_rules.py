@@ -189,6 +189,25 @@ def _claim_pod() -> dict[str, Any]:
     }
 
 
+def _not_offered() -> tuple[dict[str, Any], Any]:
+    """A v6e 4x4 Job on a cluster whose only TPU nodes are a v6e 2x4 pool's two."""
+    job = v4_job()
+    job["spec"]["template"]["spec"]["nodeSelector"] = {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+        "cloud.google.com/gke-tpu-topology": "4x4",
+    }
+    labels = {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+        "cloud.google.com/gke-tpu-topology": "2x4",
+        "cloud.google.com/gke-nodepool": "v6e-2x4",
+    }
+    nodes = [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"n{i}", "labels": labels}}
+        for i in range(2)
+    ]
+    return job, view_of(nodes)
+
+
 def _many_containers() -> dict[str, Any]:
     obj = pod("tpu-v5-lite-podslice", "2x4", **chips(8))
     sidecar = {"name": "sidecar", "image": "busybox"}
@@ -237,6 +256,7 @@ INPUTS: dict[str, Any] = {
         'device.attributes["tpu.google.com"].tpuGenn == "v6e"'
     ),
     "tpu.kueue-slices": _kueue_slices,
+    "tpu.shape-not-offered": _not_offered,
     "tpu.autopilot-refused": lambda: (_host_network(), EMPTY, "autopilot"),
     "tpu.toleration-missing": lambda: (
         _claim_pod(),

@@ -89,6 +89,7 @@ def webhook(verdict: str = "admitted", *findings: Finding) -> Audited:
 MISSING_ENV = Finding(
     WORKER_ENV_MISSING, "spec.containers[0].env", "env: TPU_WORKER_ID not set", False
 )
+POOL_A = 'tpu-v6e-slice 2x4 (node pool "a" (1 node))'
 FORBIDDEN = 'Error creating: pods "train-0" is forbidden'
 BACKOFF = {
     "type": "Failed",
@@ -125,8 +126,8 @@ def evidence(
             id="no node of its shape",
         ),
         pytest.param(
-            evidence(unschedulable(NO_MATCH), offered=("tpu-v6e-slice 2x4 (node pool a, 1 node)",)),
-            "the cluster offers tpu-v6e-slice 2x4 (node pool a, 1 node); this Pod asks "
+            evidence(unschedulable(NO_MATCH), offered=(POOL_A,)),
+            'the cluster offers tpu-v6e-slice 2x4 (node pool "a" (1 node)); this Pod asks '
             "tpu-v6e-slice 4x4; the scheduler: 0/1 nodes are available: 1 node(s) didn't match "
             "Pod's node affinity/selector.",
             "ask for a shape the cluster has, or add a node pool of tpu-v6e-slice 4x4 (nodes "
@@ -302,13 +303,11 @@ def test_ages_are_printed_as_kubectl_prints_them(seconds: int, shown: str) -> No
 
 
 def test_the_offered_shapes_are_read_from_the_view_where_it_has_them() -> None:
-    from types import SimpleNamespace
-
     from webhook.live import offered_shapes
     from webhook.policy.cluster import EMPTY
+    from webhook.policy.offered import Offered
 
-    line = "tpu-v6e-slice 2x4 (node pool pool-a, 1 node)"
-    described = SimpleNamespace(offered=SimpleNamespace(describe=lambda: line))
-    listed = SimpleNamespace(offered=[SimpleNamespace(describe=lambda: line)])
-    assert offered_shapes(EMPTY) is None  # today's view: the Cluster line says "not known"
-    assert offered_shapes(described) == offered_shapes(listed) == (line,)
+    offered = Offered({("tpu-v6e-slice", "2x4"): ('node pool "a" (1 node)',)})
+    view = EMPTY.__class__(offered=offered)
+    assert offered_shapes(EMPTY, "team") is None  # nothing read: "not known"
+    assert offered_shapes(view, "team") == ('tpu-v6e-slice 2x4 (node pool "a" (1 node))',)

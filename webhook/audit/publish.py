@@ -31,7 +31,7 @@ def publish(
     existing: list[dict[str, Any]] = []
     for path in report.list_paths(namespace):
         try:
-            existing += api.list_all(path, query=[("labelSelector", report.SELECTOR)])
+            existing += api.list_all(path, label_selector=report.SELECTOR)
         except ApiError as error:
             if error.status == 404:
                 raise ReportsUnavailable(

@@ -75,6 +75,13 @@ class _MultiHost(_Model):
         return self
 
 
+class _Xpk(_Model):
+    """How xpk names the accelerator's device types: `<prefix>-<TensorCores>` (`v5p-128`)."""
+
+    prefix: str = Field(min_length=1, max_length=63)
+    cores_per_chip: int = Field(default=1, alias="coresPerChip", ge=1, le=16)
+
+
 class _Accelerator(_Model):
     name: str = Field(pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$", max_length=63)
     generation: str = ""
@@ -86,6 +93,7 @@ class _Accelerator(_Model):
     aliases: tuple[str, ...] = ()
     dynamic_slicing: bool = Field(default=False, alias="dynamicSlicing")
     dra_generation: str | None = Field(default=None, alias="draGeneration", min_length=1)
+    xpk: _Xpk | None = None
 
     @model_validator(mode="after")
     def _topologies_fit(self) -> _Accelerator:
@@ -230,6 +238,8 @@ def _build(data: _CatalogFile) -> Catalog:
             aliases=a.aliases,
             dynamic_slicing=a.dynamic_slicing,
             dra_generation=a.dra_generation,
+            xpk_prefix=a.xpk.prefix if a.xpk else "",
+            xpk_cores_per_chip=a.xpk.cores_per_chip if a.xpk else 1,
         )
         for a in data.accelerators
     ]

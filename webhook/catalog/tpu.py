@@ -106,6 +106,9 @@ class Accelerator:
     dynamic_slicing: bool = False
     chips_per_host: Mapping[str, tuple[int, ...]] = field(repr=False, default_factory=dict)
     dra_generation: str | None = None  # the DRA driver's `tpuGen` for its chips
+    # xpk's device types `<prefix>-<TensorCores>` (`v5p-128`: 64 chips at 2 cores per chip)
+    xpk_prefix: str = ""
+    xpk_cores_per_chip: int = 1
 
     @property
     def example_topology(self) -> str:
@@ -249,6 +252,8 @@ def build_accelerator(
     aliases: Iterable[str] = (),
     dynamic_slicing: bool = False,
     dra_generation: str | None = None,
+    xpk_prefix: str = "",
+    xpk_cores_per_chip: int = 1,
 ) -> Accelerator:
     """Index every (topology, chips per host) this accelerator can run."""
     machines = tuple(machine_types)
@@ -288,6 +293,8 @@ def build_accelerator(
             for topology, options in shapes.items()
         },
         dra_generation=dra_generation,
+        xpk_prefix=xpk_prefix,
+        xpk_cores_per_chip=xpk_cores_per_chip,
     )
 
 

@@ -11,7 +11,7 @@ how several replicas take turns.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,8 @@ from webhook.settings import StartupError
 FIELD_MANAGER = "tpu-webhook"
 TIMEOUT = (5.0, 10.0)  # seconds to connect, to read
 SECRET = "/api/v1/namespaces/{namespace}/secrets/{name}"
+# Objects as their metadata alone (the API server's PartialObjectMetadataList), JSON otherwise.
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 CONFIGURATIONS: dict[Configuration, str] = {
     MUTATING: "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{name}",
     VALIDATING: "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}",
@@ -121,21 +123,42 @@ class KubeApi:
         return self._call("GET", path)
 
     def list_all(
-        self, path: str, page: int = 500, query: Sequence[tuple[str, str]] = ()
+        self,
+        path: str,
+        page: int = 500,
+        label_selector: str = "",
+        metadata_only: bool = False,
+        cached: bool = False,
+        field_selector: str = "",
     ) -> list[dict[str, Any]]:
         """Every object of a list path (`/apis/cloud.google.com/v1/computeclasses`), page by
-        page, each with its apiVersion and kind (a list's items carry neither); `query` adds
-        selectors (`("labelSelector", "a=b")`)."""
-        return [item for items in self.pages(path, page, query) for item in items]
+        page, each with its apiVersion and kind (a list's items carry neither); with
+        `metadata_only`, only their metadata (PartialObjectMetadata: a Node without its status);
+        `cached`: from the API server's watch cache (resourceVersion=0, as informers list: no
+        etcd read, at most slightly stale; one page)."""
+        pages = self.pages(path, page, label_selector, metadata_only, cached, field_selector)
+        return [item for items in pages for item in items]
 
     def pages(
-        self, path: str, page: int = 500, query: Sequence[tuple[str, str]] = ()
+        self,
+        path: str,
+        page: int = 500,
+        label_selector: str = "",
+        metadata_only: bool = False,
+        cached: bool = False,
+        field_selector: str = "",
     ) -> Iterator[list[dict[str, Any]]]:
-        """The objects of a list path, one page at a time (at most `page` in memory)."""
+        """The objects of a list path as `list_all` reads them, one page at a time (at most
+        `page` in memory: the audit decides each page as it comes)."""
         token = ""
+        selector = [("labelSelector", label_selector)] if label_selector else []
+        selector += [("fieldSelector", field_selector)] if field_selector else []
+        # from the watch cache: the whole list at once (a continue token excludes a version)
+        paging = [("resourceVersion", "0")] if cached else [("limit", str(page))]
+        accept = METADATA_ONLY if metadata_only else "application/json"
         while True:
-            asked = [*query, ("limit", str(page))] + ([("continue", token)] if token else [])
-            answer = self._call("GET", path, query=asked)
+            query = [*paging, *selector] + ([("continue", token)] if token else [])
+            answer = self._call("GET", path, query=query, accept=accept)
             kind = str(answer.get("kind", "")).removesuffix("List")
             items = []
             for item in answer.get("items") or ():
@@ -156,9 +179,10 @@ class KubeApi:
         body: Mapping[str, Any] | None = None,
         content_type: str = "",
         query: list[tuple[str, str]] | None = None,
+        accept: str = "application/json",
         **names: str,
     ) -> dict[str, Any]:
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         if content_type:
             headers["Content-Type"] = content_type
         request = self.client.param_serialize(

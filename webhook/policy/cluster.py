@@ -22,6 +22,7 @@ from webhook.policy.claims import (
     Claim,
     claim_of,
 )
+from webhook.policy.offered import NO_POLICY, NOTHING, Offered, OfferPolicy, offered_of
 
 COMPUTE_CLASS_GROUP = "cloud.google.com"
 COMPUTE_CLASS_KIND = "ComputeClass"
@@ -78,6 +79,9 @@ class ClusterView:
     read: frozenset[str] = frozenset()
     # the cluster is GKE Autopilot (it serves Autopilot's auto.gke.io API)
     autopilot: bool = False
+    # the TPU shapes the cluster offers (its TPU Nodes, ComputeClasses, ResourceFlavors, xpk's
+    # ConfigMap, the administrator's list)
+    offered: Offered = NOTHING
 
     def compute_class(self, name: str) -> ComputeClass | None:
         return self.compute_classes.get(name)
@@ -99,6 +103,9 @@ CLUSTER_KINDS = (
     CLAIM_KIND,
     DEVICE_CLASS_KIND,
     *RUNTIME_KINDS,
+    "Node",
+    "ResourceFlavor",
+    "ConfigMap",
 )
 
 
@@ -108,11 +115,14 @@ def view_of(
     dra_classes: Iterable[str] = (),
     dra_driver: str = "",
     namespace: str = "default",
+    catalog: Catalog | None = None,
+    offer: OfferPolicy = NO_POLICY,
 ) -> ClusterView:
     """The view of the cluster objects given (any kinds: those it does not use are skipped);
     `read` names kinds read in full even when none of their objects is given; `dra_classes`
     and `dra_driver` are the catalog's TPU DeviceClasses and driver; `namespace` is where a
-    claim without one is."""
+    claim without one is; `catalog` reads xpk's device types, `offer` is the administrator's
+    say on the shapes offered."""
     given = list(objects)
     classes: dict[str, ComputeClass] = {}
     tpu_classes = set(dra_classes)
@@ -136,7 +146,8 @@ def view_of(
         found = runtime_of(obj, namespace)
         if found is not None:
             runtimes[found[0]] = found[1]
-    return ClusterView(classes, claims, frozen, runtimes, frozenset(read))
+    offered = offered_of(given, classes.values(), catalog, offer)
+    return ClusterView(classes, claims, frozen, runtimes, frozenset(read), offered=offered)
 
 
 def runtime_of(
@@ -167,11 +178,15 @@ def runtime_of(
 
 
 def view_for(
-    catalog: Catalog, objects: Iterable[Mapping[str, Any]], read: Iterable[str] = ()
+    catalog: Catalog,
+    objects: Iterable[Mapping[str, Any]],
+    read: Iterable[str] = (),
+    offer: OfferPolicy = NO_POLICY,
 ) -> ClusterView:
     """view_of, with the catalog's TPU DRA driver and DeviceClasses."""
     dra = catalog.dra
-    return view_of(objects, read, dra.device_classes if dra else (), dra.driver if dra else "")
+    classes, driver = (dra.device_classes, dra.driver) if dra else ((), "")
+    return view_of(objects, read, classes, driver, catalog=catalog, offer=offer)
 
 
 def _selects(device_class: Mapping[str, Any], driver: str) -> bool:

@@ -8,7 +8,15 @@ from typing import Any, NamedTuple
 
 from webhook.catalog.tpu import TPU_RESOURCE, Catalog, SliceShape
 from webhook.policy import autopilot as autopilot_rules
-from webhook.policy import capacity, claims, compute_classes, partial, slice_rules, spec_rules
+from webhook.policy import (
+    capacity,
+    claims,
+    compute_classes,
+    offered,
+    partial,
+    slice_rules,
+    spec_rules,
+)
 from webhook.policy.cluster import EMPTY, ClusterView
 from webhook.policy.context import (
     Context,
@@ -113,9 +121,7 @@ def with_claims(
     """The sites, those that use a TPU claim (DRA) read as TPU specs of its shape; sites that
     neither ask chips nor select TPU nodes nor use one are dropped."""
     driver = catalog.dra.driver if catalog.dra else ""
-    metadata = obj.get("metadata")
-    namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
-    namespace = namespace if isinstance(namespace, str) and namespace else "default"
+    namespace = _namespace(obj)
     kept = []
     for site, tpu in sites:
         if not tpu.chips and tpu.spec.get("resourceClaims"):
@@ -286,6 +292,8 @@ def findings(
             continue
         found += check_pod_spec(tpu, catalog, context.deferred)
         found += claims.check_toleration(tpu)
+        if not context.child and cluster.offered.known:
+            as_written += offered.check(tpu, cluster.offered, _namespace(obj), catalog)
         if autopilot:
             found += autopilot_rules.check(tpu, catalog)
         shape = slice_shape(tpu, catalog)
@@ -304,6 +312,13 @@ def findings(
     if context.owner is not None and as_written:  # a custom owner the table does not know
         as_written = [unknown_owner(v, context.owner.describe()) for v in as_written]
     return found + as_written
+
+
+def _namespace(obj: Mapping[str, Any]) -> str:
+    """The object's namespace (the API server sets it before admission)."""
+    metadata = obj.get("metadata")
+    namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
+    return namespace if isinstance(namespace, str) and namespace else "default"
 
 
 def chipless(found: Violation) -> Violation:

@@ -294,6 +294,24 @@ RULES: tuple[Rule, ...] = (
         "type, slice and google.com/tpu requests are not checked against it",
     ),
     Rule(
+        "tpu.shape-not-offered",
+        Severity.DENY_OR_WARN,
+        "TPU selectors (accelerator and topology) that nothing in this cluster offers: no TPU "
+        "Node, ComputeClass priority, Kueue ResourceFlavor or xpk ConfigMap shows the shape, "
+        "and the administrator's declared list (if any) does not list it",
+        "unless the administrator enforces the declared list: a node pool that scales from zero "
+        "or node auto-provisioning may still make the shape, which tpu-webhook cannot see",
+        "the scheduler places a TPU Pod only on a node whose labels equal its selectors: with "
+        "no such node the workload is admitted and stays Pending forever",
+        "select a shape the cluster offers (the message names them and the nearest fit), or "
+        "create a node pool of this shape",
+        "spec.template.spec.nodeSelector[cloud.google.com/gke-tpu-topology]: Invalid value: "
+        '"4x4": this cluster shows no tpu-v6e-slice 4x4 nodes; it offers tpu-v6e-slice 2x4 '
+        '(node pool "v6e-2x4" (2 nodes)); the nearest fit offered is tpu-v6e-slice 2x4. The '
+        "Pods stay Pending unless a node pool of this shape scales up from zero or is "
+        "auto-provisioned, which tpu-webhook cannot see",
+    ),
+    Rule(
         "tpu.claim-invalid",
         Severity.DENY_OR_WARN,
         "a DRA ResourceClaimTemplate or ResourceClaim for GKE's TPU DeviceClass "

@@ -22,12 +22,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from webhook.admission.dispatch import Endpoint, Policy
+from webhook.admission.dispatch import Cluster, Endpoint, Policy
 from webhook.admission.responses import Mode
 from webhook.catalog import load_catalog
 from webhook.catalog.tpu import TPU_RESOURCE
+from webhook.policy.cluster import view_for
 from webhook.policy.decide import Options
 from webhook.policy.exemptions import Exemptions
+from webhook.policy.offered import Declared, OfferPolicy
 from webhook.serving.endpoint import AdmissionEndpoint
 from webhook.serving.metrics import Metrics
 from webhook.serving.offload import Offload
@@ -111,7 +113,12 @@ def create_app(
     )
     webhook = Webhook(
         settings=settings,
-        policy=Policy(catalog, options, settings.exemption_namespaces or None),
+        policy=Policy(
+            catalog,
+            options,
+            settings.exemption_namespaces or None,
+            Cluster(view_for(catalog, (), (), offer_policy(settings))),
+        ),
         tls=tls,
         metrics=Metrics(),
         review_log=ReviewLog(enabled=settings.log_level in ("debug", "info")),
@@ -212,3 +219,18 @@ def _version() -> str:
         return version("tpu-webhook")
     except PackageNotFoundError:  # pragma: no cover - running from a source tree
         return "0+unknown"
+
+
+def offer_policy(settings: Settings) -> OfferPolicy:
+    """The administrator's say on the TPU shapes the cluster offers."""
+    sources = settings.offered_sources
+    return OfferPolicy(
+        declared=tuple(
+            Declared(d.accelerator, d.topologies, d.namespaces) for d in settings.offered_shapes
+        ),
+        enforce=settings.enforce_offered_shapes,
+        nodes="nodes" in sources,
+        compute_classes="computeClasses" in sources,
+        resource_flavors="resourceFlavors" in sources,
+        xpk="xpk" in sources and bool(settings.xpk_configmap),
+    )

@@ -163,6 +163,7 @@ def _watch_cluster(settings: Settings, webhook: Webhook, api: KubeApi) -> None:
         webhook.policy.cluster,
         webhook.policy.catalog,
         settings.cluster_sync_seconds,
+        xpk_configmap=settings.xpk_configmap,
     )
     webhook.background.append(watch.run)
     webhook.metrics.cluster_objects = watch.counts

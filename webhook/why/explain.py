@@ -88,7 +88,10 @@ def _view(e: Evidence) -> list[str]:
         return ["TPU:      asks for none (no google.com/tpu, TPU selector or TPU claim)"]
     lines = [f"TPU:      asks {shape}" for shape in e.audited.asks] or ["TPU:      asks TPUs"]
     if e.offered is None:
-        lines.append("Cluster:  offered shapes not known (tpu-webhook read none)")
+        lines.append(
+            "Cluster:  shows no TPU shape (no TPU Node, ComputeClass, ResourceFlavor or declared "
+            "shape: node pools at zero leave no Node)"
+        )
     else:
         lines += [f"Cluster:  offers {shape}" for shape in e.offered] or [
             "Cluster:  offers no TPU shape"

@@ -1,0 +1,184 @@
+"""The TPU shapes this cluster offers, against the real API server: `tpu-webhook serve` reads the
+TPU Nodes (metadata only, with exactly the chart's read-only RBAC: a token of the chart's
+ServiceAccount) and warns about a JobSet whose shape no Node has; with the administrator's
+declared list enforced (the chart's `offeredShapes.declared` and `enforce`), it refuses it.
+
+The Node is registered as a kubelet registers itself, labelled as GKE labels a v6e 2x4 node
+pool's nodes, and cordoned (`spec.unschedulable`): no kubelet runs here, and no Pod of another
+test may be scheduled on it. The JobSet CRD is the pinned JobSet module's.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dev.chart import url_mode_configurations
+from dev.controlplane import ControlPlane
+from dev.operator_crds import crd_dirs, install_crds
+from tests.support.chart_identity import chart_rbac, token_kubeconfig
+from tests.support.webhook_process import WebhookProcess, make_certs
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+RUN = uuid.uuid4().hex[:6]
+RELEASE = f"offered-{RUN}"
+NAMESPACE = f"tpu-webhook-offered-{RUN}"
+WORK = f"offered-{RUN}"
+POOL = "v6e-2x4"
+NODE = f"gke-tpu-{RUN}-{POOL}"
+
+
+def tpu_node() -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": NODE,
+            "labels": {
+                "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+                "cloud.google.com/gke-tpu-topology": "2x4",
+                "cloud.google.com/gke-nodepool": POOL,
+            },
+        },
+        "spec": {"unschedulable": True},
+    }
+
+
+def jobset(name: str, topology: str, hosts: int) -> str:
+    return f"""\
+apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata:
+  name: {name}
+spec:
+  replicatedJobs:
+    - name: slice
+      replicas: 1
+      template:
+        spec:
+          parallelism: {hosts}
+          completions: {hosts}
+          backoffLimit: 0
+          template:
+            spec:
+              nodeSelector:
+                cloud.google.com/gke-tpu-accelerator: tpu-v6e-slice
+                cloud.google.com/gke-tpu-topology: {topology}
+              containers:
+                - name: jax
+                  image: jax
+                  resources:
+                    limits:
+                      google.com/tpu: 4
+"""
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Path]:
+    """The chart's RBAC applied, the TPU Node registered, the JobSet CRD installed: a token
+    kubeconfig of the chart's ServiceAccount."""
+    cp = control_plane
+    install_crds(cp, [crd_dirs(["jobset"])["jobset"]], time.monotonic() + 120)
+    for name in (NAMESPACE, WORK):
+        cp.kubectl("create", "namespace", name, check=True)
+    rbac = chart_rbac(RELEASE, NAMESPACE)
+    cp.kubectl("apply", "-f", "-", input="\n".join(json.dumps(o) for o in rbac), check=True)
+    cp.kubectl("create", "-f", "-", input=json.dumps(tpu_node()), check=True)
+    (account,) = [o["metadata"]["name"] for o in rbac if o["kind"] == "ServiceAccount"]
+    yield token_kubeconfig(
+        cp, account, NAMESPACE, tmp_path_factory.mktemp("offered") / "kubeconfig"
+    )
+    cp.kubectl("delete", "node", NODE)
+    cp.kubectl("delete", "-f", "-", input="\n".join(json.dumps(o) for o in rbac))
+    for name in (NAMESPACE, WORK):
+        cp.kubectl("delete", "namespace", name, "--wait=false")
+
+
+@contextmanager
+def serving(cp: ControlPlane, kubeconfig: Path, work: Path, **env: str) -> Iterator[WebhookProcess]:
+    """`tpu-webhook serve` reading the cluster with `env`, registered as release `work.name`."""
+    make_certs(work)
+    environment = {
+        "TPU_WEBHOOK_CLUSTER_OBJECTS": "true",
+        "TPU_WEBHOOK_CLUSTER_SYNC_SECONDS": "1",
+        "TPU_WEBHOOK_KUBECONFIG": str(kubeconfig),
+        **env,
+    }
+    with WebhookProcess(work, env=environment) as process:
+        release = f"{work.name[:20]}-{RUN}".lower().replace("_", "-")
+        configurations = url_mode_configurations(
+            process.url, process.ca_file.read_bytes(), release=release
+        )
+        manifest = "\n".join(json.dumps(c) for c in configurations)
+        cp.kubectl("apply", "-f", "-", input=manifest, check=True)
+        try:
+            yield process
+        finally:
+            cp.kubectl("delete", "-f", "-", input=manifest)
+
+
+def create(cp: ControlPlane, manifest: str) -> Any:
+    return cp.kubectl("create", "--dry-run=server", "-n", WORK, "-f", "-", input=manifest)
+
+
+def until(cp: ControlPlane, manifest: str, text: str) -> Any:
+    """`kubectl create` again until its output says `text` (the server syncs, the
+    configurations go live): the last answer."""
+    deadline = time.monotonic() + 60
+    while text not in ((proc := create(cp, manifest)).stderr + proc.stdout):
+        assert time.monotonic() < deadline, proc.stderr
+        time.sleep(0.5)
+    return proc
+
+
+def test_a_4x4_jobset_is_warned_that_only_the_2x4_pool_is_offered(
+    control_plane: ControlPlane, kubeconfig: Path, tmp_path: Path
+) -> None:
+    with serving(control_plane, kubeconfig, tmp_path / "warn"):
+        proc = until(control_plane, jobset("train", "4x4", 4), "shows no tpu-v6e-slice 4x4")
+        assert proc.returncode == 0, proc.stderr
+        assert (
+            "Warning: spec.replicatedJobs[0].template.spec.template.spec."
+            'nodeSelector[cloud.google.com/gke-tpu-topology]: Invalid value: "4x4": this cluster '
+            "shows no tpu-v6e-slice 4x4 nodes; it offers tpu-v6e-slice 2x4 (node pool "
+            f'"{POOL}" (1 node)); the nearest fit offered is tpu-v6e-slice 2x4.'
+        ) in proc.stderr
+        fits = create(control_plane, jobset("fits", "2x4", 2))
+        assert fits.returncode == 0, fits.stderr
+        assert "shows no" not in fits.stderr
+
+
+def test_with_the_declared_list_enforced_the_same_jobset_is_denied(
+    control_plane: ControlPlane, kubeconfig: Path, tmp_path: Path
+) -> None:
+    declared = [{"accelerator": "tpu-v6e-slice", "topologies": ["2x4", "8x8"]}]
+    with serving(
+        control_plane,
+        kubeconfig,
+        tmp_path / "enforce",
+        TPU_WEBHOOK_OFFERED_SHAPES=json.dumps(declared),
+        TPU_WEBHOOK_ENFORCE_OFFERED_SHAPES="true",
+    ):
+        proc = until(control_plane, jobset("train", "4x4", 4), "denied the request")
+        assert proc.returncode != 0
+        assert (
+            'admission webhook "validate.tpu-webhook.io" denied the request: '
+            "spec.replicatedJobs[0].template.spec.template.spec.nodeSelector"
+            '[cloud.google.com/gke-tpu-topology]: Unsupported value: "4x4": tpu-v6e-slice 4x4 is '
+            "not among the TPU shapes the cluster administrator declared for namespace "
+            f"{WORK}: tpu-v6e-slice 2x4, 8x8; the nearest fit offered is tpu-v6e-slice 2x4; "
+            "select one of them (or ask for the shape to be added)"
+        ) in proc.stderr
+        declared_shape = create(control_plane, jobset("declared", "8x8", 16))
+        assert declared_shape.returncode == 0, declared_shape.stderr
+        assert "declared" not in declared_shape.stderr
