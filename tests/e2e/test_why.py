@@ -1,7 +1,8 @@
 """`kubectl tpu why` on the one-node cluster, with the real scheduler.
 
-The node (tests/support/node.py) is labelled as one host of a tpu-v6e-slice 2x4 node pool (a
-ct6e-standard-4t VM, 4 chips, `google.com/tpu: 4` advertised). A Pod that asks for a shape the
+The node (tests/support/node.py) is labelled as one host of a tpu-v6e-slice 2x4 node pool
+"v6e-2x4" (a ct6e-standard-4t VM, 4 chips, `google.com/tpu: 4` advertised), which is what
+tpu-webhook reads as the shapes this cluster offers. A Pod that asks for a shape the
 node is not stays Pending: the real kube-scheduler records PodScheduled=False (Unschedulable)
 and a FailedScheduling Event, and `kubectl tpu why` (the real kubectl's plugin discovery) joins
 them with what the webhook sees. No tpu-webhook is registered: the objects are stored as
@@ -30,7 +31,9 @@ V6E_2X4_HOST = {
     "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
     "cloud.google.com/gke-tpu-topology": "2x4",
     "cloud.google.com/gke-accelerator-count": "4",
+    "cloud.google.com/gke-nodepool": "v6e-2x4",
 }
+POOL = 'tpu-v6e-slice 2x4 (node pool "v6e-2x4" (1 node))'
 NO_MATCH = "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
 
 
@@ -122,7 +125,13 @@ def test_why_explains_a_pod_that_asks_a_shape_no_node_has(
     assert (why.returncode, why.stderr) == (0, "")
     assert lines[0] == f"Pod {namespace}/v6e-2x2: Pending"
     assert "TPU:      asks tpu-v6e-slice 2x2 = 4 chips at 4 per host needs 1 host" in lines
-    assert "Webhook:  admits it" in lines
+    assert f"Cluster:  offers {POOL}" in lines
+    assert "Webhook:  admits it, with warnings" in lines
+    assert (
+        "  warning [tpu.shape-not-offered] spec.nodeSelector[cloud.google.com/gke-tpu-topology]: "
+        f'Invalid value: "2x2": this cluster shows no tpu-v6e-slice 2x2 nodes; it offers {POOL}; '
+        "the nearest fit offered is tpu-v6e-slice 2x4."
+    ) in "\n".join(lines)
     assert any(
         line.startswith(f"  PodScheduled=False (Unschedulable): {NO_MATCH}") for line in lines
     )
@@ -130,7 +139,7 @@ def test_why_explains_a_pod_that_asks_a_shape_no_node_has(
     assert " Warning  FailedScheduling  pod/v6e-2x2  0/1 nodes are available" in lines[events + 1]
     (why_line,) = [line for line in lines if line.startswith("Why: ")]
     assert why_line == (
-        "Why: no node has the TPU labels this Pod selects (tpu-v6e-slice 2x2); the scheduler: "
+        f"Why: the cluster offers {POOL}; this Pod asks tpu-v6e-slice 2x2; the scheduler: "
         + NO_MATCH
     )
     assert lines[-1] == (
@@ -165,7 +174,7 @@ def test_why_follows_a_job_to_its_pending_pods(node: ClusterNode, namespace: str
     assert any("FailedScheduling  pod/v6e-4x4-" in line for line in lines)
     (why_line,) = [line for line in lines if line.startswith("Why: ")]
     assert why_line == (
-        "Why: no node has the TPU labels its Pods select (tpu-v6e-slice 4x4); the scheduler: "
+        f"Why: the cluster offers {POOL}; its Pods ask tpu-v6e-slice 4x4; the scheduler: "
         + NO_MATCH
     )
     (status,) = [line for line in lines if "PodScheduled" in line]  # said once for the 4
