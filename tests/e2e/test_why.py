@@ -180,3 +180,45 @@ def test_why_follows_a_job_to_its_pending_pods(node: ClusterNode, namespace: str
     (status,) = [line for line in lines if "PodScheduled" in line]  # said once for the 4
     assert status.startswith("  pod/v6e-4x4-")
     assert f" and 3 more: PodScheduled=False (Unschedulable): {NO_MATCH}" in status
+
+
+def test_why_explains_a_crash_looping_pod(node: ClusterNode, namespace: str) -> None:
+    """A v6e 2x4 host Pod on the node that offers it; its container exits at once (the printenv
+    image) and restartPolicy Always restarts it: the kubelet backs off (CrashLoopBackOff)."""
+    spec = pod_spec("2x4", 4) | {"restartPolicy": "Always"}
+    container = spec["containers"][0]
+    container["image"] = "localhost/tpu-webhook-e2e/printenv:1"
+    container["env"] = [
+        {"name": "TPU_WORKER_ID", "value": "0"},
+        {"name": "TPU_WORKER_HOSTNAMES", "value": "host-0.train,host-1.train"},
+    ]
+    create(
+        node,
+        namespace,
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "loop"}, "spec": spec},
+    )
+
+    def backing_off() -> bool:
+        got = node.kubectl("get", "pod", "loop", "-n", namespace, "-o", "json", check=True)
+        statuses = json.loads(got.stdout)["status"].get("containerStatuses") or []
+        waiting = statuses[0]["state"].get("waiting", {}) if statuses else {}
+        return waiting.get("reason") == "CrashLoopBackOff"
+
+    node.wait_for("CrashLoopBackOff of pod/loop", backing_off, timeout=180)
+    why = kubectl_tpu(node, "why", "loop", "-n", namespace)
+    lines = why.stdout.splitlines()
+    assert (why.returncode, why.stderr) == (0, "")
+    assert lines[0] == f"Pod {namespace}/loop: Running"
+    assert f"Cluster:  offers {POOL}" in lines
+    assert "Webhook:  admits it" in lines
+    (status,) = [line for line in lines if line.startswith("  container ")]
+    assert status.startswith("  container main: CrashLoopBackOff, ")
+    assert status.endswith(", last exit code 0 (Completed)")
+    assert any(
+        " Warning  BackOff  pod/loop  Back-off restarting failed container" in line
+        for line in lines
+    )
+    (why_line,) = [line for line in lines if line.startswith("Why: ")]
+    assert why_line.startswith("Why: container main of Pod loop is in CrashLoopBackOff: restarted ")
+    assert why_line.endswith(", last exit code 0 (Completed)")
+    assert lines[-1] == "Fix: its log says why: kubectl logs loop -c main --previous"

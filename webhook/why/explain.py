@@ -123,7 +123,9 @@ def _status(e: Evidence) -> list[str]:
         found += [f"scheduling gates: {', '.join(g)}" for g in [facts.gates(pod)] if g]
         for w in facts.waiting(pod):
             last = f", last {w.last_exit}" if w.last_exit else ""
-            found.append(f"container {w.container}: {w.reason}, {w.restarts} restarts{last}")
+            found.append(
+                f"container {w.container}: {w.reason}, restarted {_times(w.restarts)}{last}"
+            )
         for line in found:
             said.setdefault(line, []).append(name_of(pod))
     for line, pods in said.items():
@@ -236,7 +238,7 @@ def _stuck(e: Evidence) -> list[Reason]:
                 fix = f"its log says why: kubectl logs {w.pod} -c {w.container} --previous"
                 if env:
                     fix += f"; it runs without its worker variables ({env[0].message})"
-                return [Reason(f"{what}: restarted {w.restarts} times{last}", fix)]
+                return [Reason(f"{what}: restarted {_times(w.restarts)}{last}", fix)]
             detail = f": {w.message}" if w.message else ""
             return [Reason(f"{what}{detail}", "fix the image or configuration it names")]
     return []
@@ -274,6 +276,10 @@ def _chips(pod: Mapping[str, Any]) -> str:
         value = limits.get(TPU_RESOURCE)
         total += int(str(value)) if str(value).isdigit() else 0
     return f"{total} chips" if total else "chips"
+
+
+def _times(restarts: int) -> str:
+    return f"{restarts} time{'s' * (restarts != 1)}"
 
 
 def _namespace(obj: Mapping[str, Any]) -> str:
