@@ -267,3 +267,19 @@ def test_reports_of_other_names_are_not_ours_to_touch() -> None:
     other = stored(report.report("team", [], 1))
     other["metadata"]["name"] = "someone-else"
     assert report.plan({}, [other]) == []
+
+
+def test_a_missing_subdomain_is_a_finding_with_the_name_it_would_get() -> None:
+    stored = job()
+    del stored["spec"]["template"]["spec"]["subdomain"]
+    audited = audit(stored, POLICY)
+    assert audited is not None
+    assert [(f.code, f.field) for f in audited.findings] == [
+        (WORKER_ENV_MISSING, "spec.template.spec.subdomain"),
+        (WORKER_ENV_MISSING, "spec.template.spec.containers[0].env"),
+    ]
+    assert audited.findings[0].message == (
+        "spec.template.spec.subdomain: Required value: the Pods' hostnames need a subdomain "
+        "(train) and a headless Service of that name; tpu-webhook sets it at create, so this "
+        "object was created without it: set it"
+    )
