@@ -22,11 +22,11 @@ from webhook.output import dump
 from webhook.policy.cluster import ClusterView
 from webhook.policy.decide import Options
 from webhook.serving.clusterwatch import ClusterWatch
-from webhook.why import explain, names
+from webhook.why import explain, facts, names
 from webhook.why.explain import Evidence
 
 EXIT_OK, EXIT_DENIED, EXIT_UNREADABLE = 0, 1, 2
-PODS_READ = 3  # Pods whose Events `why` reads, of a workload's Pods not running
+PODS_READ = 3  # Pods whose Events `why` reads, of a workload's Pods not running or waiting
 
 
 class ClusterError(Exception):
@@ -79,8 +79,8 @@ def run_why(args: argparse.Namespace) -> int:
         if workload.kind == "Pod"
         else _pods(api, namespace, names.pod_selector(workload, obj))
     )
-    waiting = [p for p in pods if p is not obj and _phase(p) != "Running"][:PODS_READ]
-    about = [(workload.kind, name), *(("Pod", _name(p)) for p in waiting)]
+    stuck = [p for p in pods if p is not obj and (facts.waiting(p) or _phase(p) != "Running")]
+    about = [(workload.kind, name), *(("Pod", _name(p)) for p in stuck[:PODS_READ])]
     events = [e for kind, n in about for e in _events(api, namespace, kind, n)]
     evidence = Evidence(
         workload.kind,
