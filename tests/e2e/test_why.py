@@ -199,10 +199,12 @@ def test_why_explains_a_crash_looping_pod(node: ClusterNode, namespace: str) -> 
     )
 
     def backing_off() -> bool:
+        """In a back-off of 20 s or more (the second restart on): `why` reads it waiting."""
         got = node.kubectl("get", "pod", "loop", "-n", namespace, "-o", "json", check=True)
         statuses = json.loads(got.stdout)["status"].get("containerStatuses") or []
         waiting = statuses[0]["state"].get("waiting", {}) if statuses else {}
-        return waiting.get("reason") == "CrashLoopBackOff"
+        restarts = statuses[0].get("restartCount", 0) if statuses else 0
+        return waiting.get("reason") == "CrashLoopBackOff" and restarts >= 2
 
     node.wait_for("CrashLoopBackOff of pod/loop", backing_off, timeout=180)
     why = kubectl_tpu(node, "why", "loop", "-n", namespace)
