@@ -1,5 +1,5 @@
 """`tpu-webhook` (also `kubectl tpu`, a kubectl plugin): serve, certs, check, render, rules,
-explain.
+explain, and on a live cluster audit and why (webhook/live.py).
 
 Exit codes: 0 all admitted, 1 any denied (or an unknown accelerator), 2 input that cannot be read
 (one line naming the file and the problem), 3 a bug in tpu-webhook (one line, never a traceback).
@@ -97,6 +97,10 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     _explain_command(
         sub.add_parser("explain", help="what a TPU shape needs, with a ready manifest")
     )
+    _audit_command(
+        sub.add_parser("audit", help="decide the TPU workloads stored in a cluster, as today")
+    )
+    _why_command(sub.add_parser("why", help="why a TPU workload is Pending or crash-looping"))
     return parser
 
 
@@ -192,6 +196,50 @@ def _explain_command(explain: argparse.ArgumentParser) -> None:
     explain.add_argument("--catalog", type=Path)
     explain.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
     explain.set_defaults(run=_explain)
+
+
+def _connection_flags(command: argparse.ArgumentParser) -> None:
+    """How `audit` and `why` reach the cluster, as kubectl's flags do."""
+    command.add_argument("--kubeconfig", type=Path, help="default: $KUBECONFIG or ~/.kube/config")
+    command.add_argument("--context", help="the kubeconfig context to use (default: current)")
+    command.add_argument("-n", "--namespace", help="default: the context's namespace")
+    command.add_argument("--catalog", type=Path, help="TPU catalog file extending the packaged one")
+
+
+def _audit_command(audit: argparse.ArgumentParser) -> None:
+    _connection_flags(audit)
+    audit.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
+    audit.add_argument(
+        "--policy-reports",
+        action="store_true",
+        help="write a wgpolicyk8s.io PolicyReport per namespace (replaced on each run)",
+    )
+    audit.add_argument("-o", "--output", choices=["table", "wide", "json", "yaml"], default="table")
+    audit.set_defaults(run=lambda args: _live("run_audit", args))
+
+
+def _why_command(why: argparse.ArgumentParser) -> None:
+    why.add_argument("name", help="pod/NAME, job/NAME, jobset/NAME, leaderworkerset/NAME...; "
+                     "a bare NAME is a Pod")  # fmt: skip
+    _connection_flags(why)
+    why.set_defaults(run=lambda args: _live("run_why", args))
+
+
+def _live(command: str, args: argparse.Namespace) -> int:
+    """A command on a live cluster; what keeps it from the cluster is one line, exit 2."""
+    from urllib3.exceptions import HTTPError
+
+    from webhook import live
+    from webhook.certificates.kubeapi import ApiError
+    from webhook.settings import StartupError
+
+    try:
+        return int(getattr(live, command)(args))
+    except (live.ClusterError, StartupError, ApiError) as error:
+        print(f"error: {error}", file=sys.stderr)
+    except HTTPError as error:
+        print(f"error: cannot reach the API server: {error}", file=sys.stderr)
+    return EXIT_UNREADABLE
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -113,6 +113,10 @@ class Settings(BaseSettings):
     xpk_configmap: str = Field(default="", pattern=r"^$|^[a-z0-9-]{1,63}/[a-z0-9.-]{1,253}$")
     offered_shapes: tuple[DeclaredShape, ...] = Field(default=(), max_length=256)
     enforce_offered_shapes: bool = False
+    # Audit the TPU workloads stored in the cluster every this many seconds, off the request
+    # path, and write the PolicyReports `tpu-webhook audit --policy-reports` writes (the
+    # chart's `audit`); 0: never.
+    audit_interval_seconds: float = Field(default=0, ge=0)
     # The identity that calls the Kubernetes API out of a cluster; in a Pod, its ServiceAccount.
     kubeconfig: Path | None = None
 

@@ -236,8 +236,9 @@ def test_there_is_a_ci_file_per_certificate_mode_and_for_url_and_monitoring() ->
 
 
 RBAC = {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
-# selfManaged certificates need RBAC of their own (tests/chart/test_chart_self_managed.py).
-NO_API_USE = {"monitoring", "self-managed"}
+# selfManaged certificates and the audit need RBAC of their own (test_chart_self_managed.py,
+# test_chart_audit.py).
+NO_API_USE = {"monitoring", "self-managed", "audit"}
 NO_POD_MONITORING = [(p, i) for p, i in zip(CI_FILES, CI_IDS, strict=True) if i not in NO_API_USE]
 # The server reads no cluster object (clusterObjects off): it then calls no API at all.
 NO_CLUSTER_OBJECTS = {"clusterObjects.enabled": "false"}

@@ -12,7 +12,7 @@ how several replicas take turns.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +50,12 @@ class Conflict(ApiError):
 
 
 class KubeApi:
-    """Read and patch the Secret and the two webhook configurations."""
+    """Read and patch the Secret and the two webhook configurations; list objects; write the
+    audit's PolicyReports."""
 
-    def __init__(self, api_client: k8s.ApiClient) -> None:
+    def __init__(self, api_client: k8s.ApiClient, namespace: str = "default") -> None:
         self.client = api_client
+        self.namespace = namespace  # the kubeconfig context's namespace, as kubectl defaults it
 
     @classmethod
     def connect(cls, kubeconfig: Path | None) -> KubeApi:
@@ -93,6 +95,33 @@ class KubeApi:
         strategic = "application/strategic-merge-patch+json"  # webhooks merge by name
         self._call("PATCH", CONFIGURATIONS[kind], patch, strategic, name=name)
 
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: Path | None, context: str | None = None) -> KubeApi:
+        """As kubectl connects (the CLI): the kubeconfig given, else $KUBECONFIG (a list of
+        files too) or ~/.kube/config, read by the client; its current context or `context`."""
+        path = None if kubeconfig is None else str(kubeconfig)
+        try:
+            contexts, current = k8s_config.list_kube_config_contexts(path)  # type: ignore[no-untyped-call]
+            chosen = (
+                next((c for c in contexts if c["name"] == context), None) if context else current
+            )
+            if chosen is None:
+                raise StartupError(f'context "{context}" does not exist')
+            client = k8s_config.new_client_from_config(path, context=context)  # type: ignore[no-untyped-call]
+        except (k8s_config.ConfigException, OSError) as error:
+            raise StartupError(f"cannot read the kubeconfig: {error}") from error
+        return cls(client, str(chosen.get("context", {}).get("namespace") or "default"))
+
+    def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return self._call("POST", path, body, "application/json")
+
+    def replace(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """PUT: refused (409, Conflict) when the body's resourceVersion is not the stored one."""
+        return self._call("PUT", path, body, "application/json")
+
+    def delete(self, path: str) -> None:
+        self._call("DELETE", path)
+
     def get(self, path: str) -> dict[str, Any]:
         """GET a path (discovery: `/apis/auto.gke.io`; an object: `/apis/batch/v1/namespaces/
         ns/jobs/name`)."""
@@ -112,15 +141,30 @@ class KubeApi:
         label_selector: str = "",
         metadata_only: bool = False,
         cached: bool = False,
+        field_selector: str = "",
     ) -> list[dict[str, Any]]:
         """Every object of a list path (`/apis/cloud.google.com/v1/computeclasses`), page by
         page, each with its apiVersion and kind (a list's items carry neither); with
         `metadata_only`, only their metadata (PartialObjectMetadata: a Node without its status);
         `cached`: from the API server's watch cache (resourceVersion=0, as informers list: no
         etcd read, at most slightly stale; one page)."""
-        items: list[dict[str, Any]] = []
+        pages = self.pages(path, page, label_selector, metadata_only, cached, field_selector)
+        return [item for items in pages for item in items]
+
+    def pages(
+        self,
+        path: str,
+        page: int = 500,
+        label_selector: str = "",
+        metadata_only: bool = False,
+        cached: bool = False,
+        field_selector: str = "",
+    ) -> Iterator[list[dict[str, Any]]]:
+        """The objects of a list path as `list_all` reads them, one page at a time (at most
+        `page` in memory: the audit decides each page as it comes)."""
         token = ""
         selector = [("labelSelector", label_selector)] if label_selector else []
+        selector += [("fieldSelector", field_selector)] if field_selector else []
         # from the watch cache: the whole list at once (a continue token excludes a version)
         paging = [("resourceVersion", "0")] if cached else [("limit", str(page))]
         accept = METADATA_ONLY if metadata_only else "application/json"
@@ -128,15 +172,17 @@ class KubeApi:
             query = [*paging, *selector] + ([("continue", token)] if token else [])
             answer = self._call("GET", path, query=query, accept=accept)
             kind = str(answer.get("kind", "")).removesuffix("List")
+            items = []
             for item in answer.get("items") or ():
                 if isinstance(item, dict):
                     item.setdefault("apiVersion", answer.get("apiVersion", ""))
                     item.setdefault("kind", kind)
                     items.append(item)
+            yield items
             metadata = answer.get("metadata")
             token = metadata.get("continue", "") if isinstance(metadata, dict) else ""
             if not token:
-                return items
+                return
 
     def _call(
         self,

@@ -15,6 +15,7 @@ import ssl
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 import uvicorn
@@ -25,6 +26,9 @@ from webhook.serving.app import Webhook, create_app
 from webhook.serving.protocol import WebhookHttpProtocol, WebhookLoop
 from webhook.serving.tls import CertificateSource, ServingTLS
 from webhook.settings import Settings
+
+if TYPE_CHECKING:
+    from webhook.certificates.kubeapi import KubeApi
 
 log = logging.getLogger("tpu_webhook.server")
 
@@ -87,8 +91,8 @@ def serve(settings: Settings) -> int:
             failing_grace_seconds=settings.cert_reload_failing_seconds,
         )
     app = create_app(settings, tls, source)
-    if settings.cluster_objects or settings.owner_events:
-        _use_cluster(settings, app.state.webhook)
+    if settings.cluster_objects or settings.owner_events or settings.audit_interval_seconds:
+        _read_the_cluster(settings, app.state.webhook)
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -138,29 +142,45 @@ def _self_managed(settings: Settings, tls: ServingTLS) -> CertificateSource:
     return SecretCertificates.from_settings(settings, tls)
 
 
-def _use_cluster(settings: Settings, webhook: Webhook) -> None:
-    """The cluster watcher and the owner-event recorder, run by the app over one API client;
-    imported here so other modes never load `kubernetes`."""
+def _read_the_cluster(settings: Settings, webhook: Webhook) -> None:
+    """The cluster watcher, the owner-event recorder and the periodic audit, with one API
+    client; imported here so other modes never load `kubernetes`."""
     from webhook.certificates.kubeapi import KubeApi
 
     api = KubeApi.connect(settings.kubeconfig)
     if settings.cluster_objects:
-        from webhook.serving.clusterwatch import ClusterWatch
-
-        watch = ClusterWatch(
-            api,
-            webhook.policy.cluster,
-            webhook.policy.catalog,
-            settings.cluster_sync_seconds,
-            xpk_configmap=settings.xpk_configmap,
-        )
-        webhook.background.append(watch.run)
-        webhook.metrics.cluster_objects = watch.counts
+        _watch_cluster(settings, webhook, api)
     if settings.owner_events:
         from webhook.serving.ownerevents import OwnerEvents
 
         webhook.background.append(OwnerEvents(api, webhook.owner_events).run)
         webhook.metrics.owner_events = webhook.owner_events.counts.snapshot
+    if settings.audit_interval_seconds:
+        _audit_periodically(settings, webhook, api)
+
+
+def _watch_cluster(settings: Settings, webhook: Webhook, api: KubeApi) -> None:
+    """The cluster watcher, run by the app."""
+    from webhook.serving.clusterwatch import ClusterWatch
+
+    watch = ClusterWatch(
+        api,
+        webhook.policy.cluster,
+        webhook.policy.catalog,
+        settings.cluster_sync_seconds,
+        xpk_configmap=settings.xpk_configmap,
+    )
+    webhook.background.append(watch.run)
+    webhook.metrics.cluster_objects = watch.counts
+
+
+def _audit_periodically(settings: Settings, webhook: Webhook, api: KubeApi) -> None:
+    """The periodic audit (webhook/audit/periodic.py), run by the app off the request path,
+    deciding with the policy and cluster view the reviews use."""
+    from webhook.audit.periodic import Auditor
+
+    auditor = Auditor(api, webhook.policy, settings.audit_interval_seconds)
+    webhook.background.append(auditor.run)
 
 
 def _context_of(
