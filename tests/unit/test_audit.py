@@ -12,8 +12,9 @@ from webhook.admission.dispatch import Policy
 from webhook.audit import report
 from webhook.audit.report import Action
 from webhook.audit.table import table
-from webhook.audit.verdicts import WORKER_ENV_MISSING, Audited, Finding, audit
+from webhook.audit.verdicts import Audited, Finding, audit
 from webhook.catalog import load_catalog
+from webhook.policy.stored import CODE as WORKER_ENV_MISSING
 
 POLICY = Policy(load_catalog(None))
 SELECTOR = {
@@ -101,8 +102,9 @@ def test_missing_worker_variables_are_a_warning_not_a_patch() -> None:
                 "spec.template.spec.containers[0].env",
                 "spec.template.spec.containers[0].env: Required value: TPU_WORKER_ID, "
                 "TPU_WORKER_HOSTNAMES not set (JAX finds its place in the slice from them); "
-                "tpu-webhook adds them at create, so this object was created without it: set "
-                "them, or create it again with tpu-webhook on",
+                "tpu-webhook adds them at create, so this object was created without them (GKE's "
+                "own injection may still set them on the Pods it starts): set them, or create it "
+                "again with tpu-webhook on",
                 denial=False,
             ),
         ),

@@ -22,6 +22,7 @@ from webhook.catalog import Catalog, load_catalog
 from webhook.policy import decide
 from webhook.policy.cluster import EMPTY, view_of
 from webhook.policy.rules import BY_CODE, RULES, rules_table
+from webhook.policy.stored import missing
 
 CATALOG = load_catalog()
 ROOT = Path(__file__).resolve().parents[2]
@@ -257,6 +258,7 @@ INPUTS: dict[str, Any] = {
     ),
     "tpu.kueue-slices": _kueue_slices,
     "tpu.shape-not-offered": _not_offered,
+    "tpu.worker-env-missing": v4_job,  # stored as written: without the worker variables
     "tpu.autopilot-refused": lambda: (_host_network(), EMPTY, "autopilot"),
     "tpu.toleration-missing": lambda: (
         _claim_pod(),
@@ -299,7 +301,12 @@ def all_messages(given: Any, catalog: Catalog = CATALOG) -> dict[str, list[str]]
     options = decide.Options(profile=profile)
     verdict = decide.validate(stored, workload, catalog, None, options, cluster)
     found: dict[str, list[str]] = {}
-    for v in (*mutated.warnings, *verdict.denials, *verdict.warnings):
+    for v in (
+        *mutated.warnings,
+        *verdict.denials,
+        *verdict.warnings,
+        *missing(mutated.patch),
+    ):
         found.setdefault(v.code, []).append(v.message)
     return found
 

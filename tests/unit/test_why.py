@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from webhook.audit.verdicts import WORKER_ENV_MISSING, Audited, Finding
+from webhook.audit.verdicts import Audited, Finding
+from webhook.policy.stored import CODE as WORKER_ENV_MISSING
 from webhook.why import facts, names
 from webhook.why.explain import Evidence, diagnose, explain
 

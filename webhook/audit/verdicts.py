@@ -7,10 +7,7 @@ CREATE of the object as it is stored, not by `offline.admit`: admit would first 
 missing and then judge the patched copy, which hides exactly what the audit is for, an object
 that runs without its worker variables. What the mutating decision would still add is reported
 instead, as findings (`tpu.worker-env-missing`, warnings: the webhook would have added them, it
-would not have refused the object). Of the patch only the worker variables and the subdomain are
-findings: the TPU container ports it adds are declarative (nothing needs them to run), and a
-stored `google.com/tpu` always has its limit (the API server requires one for an extended
-resource), so copied limits never appear.
+would not have refused the object; webhook/policy/stored.py says which).
 
 An UPDATE is not what is judged: an audit asks whether the object, as it is, would be admitted
 now, not whether a change to it introduces a violation.
@@ -23,17 +20,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from webhook.admission.dispatch import Policy
-from webhook.catalog.tpu import TPU_WORKER_HOSTNAMES, TPU_WORKER_ID
-from webhook.policy import decide
+from webhook.policy import decide, stored
 from webhook.policy.claims import claim_of
 from webhook.policy.context import opted_out
-from webhook.policy.mutate import PatchOp
 from webhook.policy.podspec import slice_shape
 from webhook.policy.violations import Violation
 from webhook.policy.workloads import Workload, workload_for
-
-#: an audit finding, not a rule of the admission registry: the webhook adds these at CREATE
-WORKER_ENV_MISSING = "tpu.worker-env-missing"
 
 Verdict = Literal["denied", "warned", "admitted", "exempt"]
 
@@ -113,66 +105,13 @@ def audit(obj: Mapping[str, Any], policy: Policy) -> Audited | None:
     findings = (
         *(_finding(v, denial=True) for v in validated.denials),
         *(_finding(v, denial=False) for v in validated.warnings),
-        *missing_worker_env(mutated.patch),
+        *(_finding(v, denial=False) for v in stored.missing(mutated.patch)),
     )
     if not tpu and not findings:
         return None
     asks = tuple(dict.fromkeys(_asks(t, policy) for _, t in sites))
     verdict: Verdict = "denied" if validated.denials else "warned" if findings else "admitted"
     return _audited(obj, workload, verdict, findings, asks)
-
-
-def missing_worker_env(patch: tuple[PatchOp, ...]) -> list[Finding]:
-    """The worker variables and the subdomain the mutating decision would add, as findings."""
-    found = []
-    for op in patch:
-        path = str(op.get("path", ""))
-        value = op.get("value")
-        if path.endswith("/subdomain"):
-            found.append(
-                Finding(
-                    WORKER_ENV_MISSING,
-                    _field(path),
-                    f"{_field(path)}: Required value: the Pods' hostnames need a subdomain "
-                    f"({value}) and a headless Service of that name; tpu-webhook sets it at "
-                    "create, so this object was created without it: set it",
-                    denial=False,
-                )
-            )
-            continue
-        if not path.rstrip("/-").endswith("/env"):
-            continue  # ports and limits: see the module docstring
-        entries = value if isinstance(value, list) else [value]
-        names = [str(e.get("name")) for e in entries if isinstance(e, dict)]
-        if names:
-            found.append(_env_finding(path.removesuffix("/-"), names))
-    return found
-
-
-def _env_finding(path: str, names: list[str]) -> Finding:
-    field = _field(path)
-    listed = ", ".join(names)
-    why = (
-        "JAX finds its place in the slice from them"
-        if {TPU_WORKER_ID, TPU_WORKER_HOSTNAMES} & set(names)
-        else "the slices find each other from them"
-    )
-    return Finding(
-        WORKER_ENV_MISSING,
-        field,
-        f"{field}: Required value: {listed} not set ({why}); tpu-webhook adds them at create, "
-        "so this object was created without it: set them, or create it again with tpu-webhook on",
-        denial=False,
-    )
-
-
-def _field(pointer: str) -> str:
-    """`/spec/template/spec/containers/0/env` -> `spec.template.spec.containers[0].env`."""
-    out = ""
-    for part in pointer.strip("/").split("/"):
-        part = part.replace("~1", "/").replace("~0", "~")
-        out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)
-    return out
 
 
 def _asks(tpu: Any, policy: Policy) -> str:

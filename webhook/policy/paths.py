@@ -59,6 +59,15 @@ class FieldPath:
         return "".join("/" + escape_pointer(str(value)) for _, value in self.parts)
 
 
+def from_pointer(pointer: str) -> FieldPath:
+    """`/spec/containers/0/env` -> spec.containers[0].env (a number is taken for an index)."""
+    steps: list[str | int] = []
+    for token in pointer.strip("/").split("/") if pointer.strip("/") else ():
+        token = token.replace("~1", "/").replace("~0", "~")
+        steps.append(int(token) if token.isdigit() else token)
+    return FieldPath.of(tuple(steps))
+
+
 def escape_pointer(token: str) -> str:
     """One JSON Pointer reference token (RFC 6901): `~` as `~0`, `/` as `~1`."""
     return token.replace("~", "~0").replace("/", "~1")

@@ -314,6 +314,22 @@ RULES: tuple[Rule, ...] = (
         "auto-provisioned, which tpu-webhook cannot see",
     ),
     Rule(
+        "tpu.worker-env-missing",
+        Severity.WARN,
+        "`tpu-webhook audit` only: a stored multi-host workload without the worker variables "
+        "(`TPU_WORKER_ID`, `TPU_WORKER_HOSTNAMES`, the multislice ones) or the subdomain that "
+        "tpu-webhook adds at create: it was created while the webhook was not called",
+        "",
+        "JAX finds its place in the slice from the worker variables and the hosts from the "
+        "subdomain; without them multi-host initialisation hangs or fails",
+        "set them (`tpu-webhook render` prints the object as the webhook would store it), or "
+        "create the workload again with tpu-webhook on",
+        "spec.template.spec.containers[0].env: Required value: TPU_WORKER_ID, "
+        "TPU_WORKER_HOSTNAMES not set (JAX finds its place in the slice from them); tpu-webhook "
+        "adds them at create, so this object was created without them (GKE's own injection may "
+        "still set them on the Pods it starts): set them, or create it again with tpu-webhook on",
+    ),
+    Rule(
         "tpu.claim-invalid",
         Severity.DENY_OR_WARN,
         "a DRA ResourceClaimTemplate or ResourceClaim for GKE's TPU DeviceClass "

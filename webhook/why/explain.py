@@ -9,8 +9,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.audit.verdicts import WORKER_ENV_MISSING, Audited
+from webhook.audit.verdicts import Audited
 from webhook.catalog.tpu import ACCELERATOR_LABEL, TOPOLOGY_LABEL, TPU_RESOURCE
+from webhook.policy.stored import CODE as WORKER_ENV_MISSING
 from webhook.why import facts
 from webhook.why.facts import mapping, name_of
 
