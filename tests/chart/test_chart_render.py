@@ -284,6 +284,12 @@ def test_cluster_objects_grant_only_reading_exactly_what_decisions_read(
             "resources": ["clustertrainingruntimes", "trainingruntimes"],
             "verbs": ["get", "list", "watch"],
         },
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": ["kueue.x-k8s.io"],
+            "resources": ["resourceflavors"],
+            "verbs": ["get", "list", "watch"],
+        },
     ]
     binding = only(docs, "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
@@ -296,6 +302,37 @@ def test_cluster_objects_grant_only_reading_exactly_what_decisions_read(
         "30",
     )
     assert only(docs, "Deployment")["spec"]["template"]["spec"]["automountServiceAccountToken"]
+
+
+@pytest.mark.parametrize(
+    ("sets", "nodes", "flavors", "xpk"),
+    [
+        ({"offeredShapes.sources": "{computeClasses}"}, False, False, False),
+        ({"offeredShapes.sources": "{nodes}"}, True, False, False),
+        ({"offeredShapes.xpkConfigMap": "default/c-resources-configmap"}, True, True, True),
+    ],
+)
+def test_each_offered_shapes_source_brings_its_own_reading_and_nothing_else(
+    helm_env: dict[str, str], sets: dict[str, str], nodes: bool, flavors: bool, xpk: bool
+) -> None:
+    docs = render(helm_env, sets={"ownerEvents.enabled": "false", **sets})
+    resources = {r for rule in only(docs, "ClusterRole")["rules"] for r in rule["resources"]}
+    assert ("nodes" in resources, "resourceflavors" in resources) == (nodes, flavors)
+    roles = [d for d in docs if d["kind"] == "Role"]
+    assert [r["rules"] for r in roles] == (
+        [
+            [
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps"],
+                    "resourceNames": ["c-resources-configmap"],
+                    "verbs": ["get"],
+                }
+            ]
+        ]
+        if xpk
+        else []
+    )
 
 
 def test_pod_monitoring_lets_only_the_collector_read_only_the_ca_secret(
