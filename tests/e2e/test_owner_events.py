@@ -10,7 +10,8 @@ chart's own configurations (url mode). No scheduler or kubelet: Pods stay Pendin
   `kubectl apply`, and so are the StatefulSets and Pods its operator makes, which nobody sees.
 - Workloads waiting in a Kueue queue (the label; Kueue is not installed, so nothing adds the
   topology): the objects that carry the label are warned that the TPU topology is not set yet,
-  the Pods, which do not carry it, are refused for it; only their controller was told.
+  and so are the Pods, which do not carry it (a controller's child is decided where its owner
+  was written); only their controller was told.
 """
 
 from __future__ import annotations
@@ -257,16 +258,17 @@ def test_a_leaderworkerset_shows_the_warnings_of_its_statefulsets_and_pods(
         assert f"tpu_webhook_owner_events_total{{{labels}}} 2.0" in scraped
 
 
-def test_a_job_s_pod_refused_shows_on_the_job(
+def test_a_job_s_pod_warned_shows_on_the_job(
     control_plane: ControlPlane, server: WebhookProcess, ns: str
 ) -> None:
     assert "gke-tpu-topology]: Required value: not set yet" in apply(control_plane, ns, JOB)
     text = described_events(control_plane, ns, "job", "train", MISSING)
-    line = event_line(text, "TPUWebhookDenied", f"Pod {ns}/train-")
+    # a controller's child missing a label is warned (its owner was decided where it was written)
+    line = event_line(text, "TPUWebhookWarning", f"Pod {ns}/train-")
     assert f"{MISSING} spec.nodeSelector[cloud.google.com/gke-tpu-topology]: Required value" in line
 
 
-def test_a_jobset_shows_its_job_s_warning_and_its_pod_refused_not_the_job(
+def test_a_jobset_shows_its_job_s_warning_and_its_pod_s_not_the_job(
     control_plane: ControlPlane, server: WebhookProcess, ns: str
 ) -> None:
     cp = control_plane
@@ -281,6 +283,6 @@ def test_a_jobset_shows_its_job_s_warning_and_its_pod_refused_not_the_job(
     )
     job = event_line(text, "TPUWebhookWarning", f"Job {ns}/train-slice-0: {MISSING}")
     assert "it waits in Kueue queue tpu" in job
-    pod = event_line(text, "TPUWebhookDenied", f"Pod {ns}/train-slice-0-0-")
+    pod = event_line(text, "TPUWebhookWarning", f"Pod {ns}/train-slice-0-0-")
     assert f"{MISSING} spec.nodeSelector[cloud.google.com/gke-tpu-topology]: Required value" in pod
     assert events_on(cp, ns, "Job", "train-slice-0") == []  # the Pod's controller: not its author
