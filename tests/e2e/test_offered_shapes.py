@@ -1,11 +1,9 @@
-"""The TPU shapes this cluster offers, against the real API server: `tpu-webhook serve` reads the
-TPU Nodes (metadata only, with exactly the chart's read-only RBAC: a token of the chart's
-ServiceAccount) and warns about a JobSet whose shape no Node has; with the administrator's
-declared list enforced (the chart's `offeredShapes.declared` and `enforce`), it refuses it.
-
-The Node is registered as a kubelet registers itself, labelled as GKE labels a v6e 2x4 node
-pool's nodes, and cordoned (`spec.unschedulable`): no kubelet runs here, and no Pod of another
-test may be scheduled on it. The JobSet CRD is the pinned JobSet module's.
+"""The TPU shapes this cluster offers, on the one-node cluster: its node (a real kubelet,
+tests/support/node.py) is labelled as one host of a tpu-v6e-slice 2x4 node pool "v6e-2x4".
+`tpu-webhook serve` reads the TPU Nodes (metadata only, with exactly the chart's read-only RBAC:
+a token of the chart's ServiceAccount) and warns about a JobSet whose shape no Node has; with
+the administrator's declared list enforced (the chart's `offeredShapes.declared` and
+`enforce`), it refuses it. The JobSet CRD is the pinned JobSet module's.
 """
 
 from __future__ import annotations
@@ -23,33 +21,35 @@ import pytest
 from dev.chart import url_mode_configurations
 from dev.controlplane import ControlPlane
 from dev.operator_crds import crd_dirs, install_crds
+from dev.tools import tools_dir
 from tests.support.chart_identity import chart_rbac, token_kubeconfig
+from tests.support.node import ClusterNode
 from tests.support.webhook_process import WebhookProcess, make_certs
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.debian, pytest.mark.timeout(300)]
 
 RUN = uuid.uuid4().hex[:6]
 RELEASE = f"offered-{RUN}"
 NAMESPACE = f"tpu-webhook-offered-{RUN}"
 WORK = f"offered-{RUN}"
 POOL = "v6e-2x4"
-NODE = f"gke-tpu-{RUN}-{POOL}"
+V6E_2X4_HOST = {
+    "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+    "cloud.google.com/gke-tpu-topology": "2x4",
+    "cloud.google.com/gke-accelerator-count": "4",
+    "cloud.google.com/gke-nodepool": POOL,
+}
 
 
-def tpu_node() -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": NODE,
-            "labels": {
-                "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
-                "cloud.google.com/gke-tpu-topology": "2x4",
-                "cloud.google.com/gke-nodepool": POOL,
-            },
-        },
-        "spec": {"unschedulable": True},
-    }
+@pytest.fixture(scope="module")
+def control_plane(debian_packages: None) -> Iterator[ControlPlane]:
+    """The one-node cluster's control plane (this module's own: its node is a v6e 2x4 host)."""
+    cluster = ClusterNode(tools_dir(), labels=V6E_2X4_HOST, tpu_chips=4)
+    cluster.start()
+    try:
+        yield cluster.cp
+    finally:
+        cluster.stop()
 
 
 def jobset(name: str, topology: str, hosts: int) -> str:
@@ -93,12 +93,10 @@ def kubeconfig(
         cp.kubectl("create", "namespace", name, check=True)
     rbac = chart_rbac(RELEASE, NAMESPACE)
     cp.kubectl("apply", "-f", "-", input="\n".join(json.dumps(o) for o in rbac), check=True)
-    cp.kubectl("create", "-f", "-", input=json.dumps(tpu_node()), check=True)
     (account,) = [o["metadata"]["name"] for o in rbac if o["kind"] == "ServiceAccount"]
     yield token_kubeconfig(
         cp, account, NAMESPACE, tmp_path_factory.mktemp("offered") / "kubeconfig"
     )
-    cp.kubectl("delete", "node", NODE)
     cp.kubectl("delete", "-f", "-", input="\n".join(json.dumps(o) for o in rbac))
     for name in (NAMESPACE, WORK):
         cp.kubectl("delete", "namespace", name, "--wait=false")
