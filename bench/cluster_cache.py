@@ -107,12 +107,13 @@ def populated(nodes: int, classes: int) -> Iterator[dict[str, str]]:
             batch = [node(i) for i in range(start, min(nodes, start + 250))]
             listed = {"apiVersion": "v1", "kind": "List", "items": batch}
             cp.kubectl("create", "-f", "-", input=json.dumps(listed), check=True)
-        listed = {
-            "apiVersion": "v1",
-            "kind": "List",
-            "items": [compute_class(i) for i in range(classes)],
-        }
-        cp.kubectl("create", "-f", "-", input=json.dumps(listed), check=True)
+        if classes:
+            listed = {
+                "apiVersion": "v1",
+                "kind": "List",
+                "items": [compute_class(i) for i in range(classes)],
+            }
+            cp.kubectl("create", "-f", "-", input=json.dumps(listed), check=True)
         yield {
             "TPU_WEBHOOK_CLUSTER_OBJECTS": "true",
             "TPU_WEBHOOK_KUBECONFIG": str(cp.kubeconfig),
