@@ -134,22 +134,10 @@ class KubeApi:
         merge = "application/merge-patch+json"
         self._call("PATCH", EVENT, patch, merge, namespace=namespace, name=name)
 
-    def list_all(
-        self,
-        path: str,
-        page: int = 500,
-        label_selector: str = "",
-        metadata_only: bool = False,
-        cached: bool = False,
-        field_selector: str = "",
-    ) -> list[dict[str, Any]]:
-        """Every object of a list path (`/apis/cloud.google.com/v1/computeclasses`), page by
-        page, each with its apiVersion and kind (a list's items carry neither); with
-        `metadata_only`, only their metadata (PartialObjectMetadata: a Node without its status);
-        `cached`: from the API server's watch cache (resourceVersion=0, as informers list: no
-        etcd read, at most slightly stale; one page)."""
-        pages = self.pages(path, page, label_selector, metadata_only, cached, field_selector)
-        return [item for items in pages for item in items]
+    def list_all(self, path: str, **options: Any) -> list[dict[str, Any]]:
+        """Every object of a list path (`/apis/cloud.google.com/v1/computeclasses`), each with
+        its apiVersion and kind (a list's items carry neither); `options` as `pages` takes them."""
+        return [item for items in self.pages(path, **options) for item in items]
 
     def pages(
         self,
@@ -160,8 +148,11 @@ class KubeApi:
         cached: bool = False,
         field_selector: str = "",
     ) -> Iterator[list[dict[str, Any]]]:
-        """The objects of a list path as `list_all` reads them, one page at a time (at most
-        `page` in memory: the audit decides each page as it comes)."""
+        """The objects of a list path, one page at a time (at most `page` in memory: the audit
+        decides each page as it comes); with `metadata_only`, only their metadata
+        (PartialObjectMetadata: a Node without its status); `cached`: from the API server's
+        watch cache (resourceVersion=0, as informers list: no etcd read, at most slightly
+        stale; one page)."""
         token = ""
         selector = [("labelSelector", label_selector)] if label_selector else []
         selector += [("fieldSelector", field_selector)] if field_selector else []

@@ -29,8 +29,8 @@ def missing(patch: Iterable[PatchOp]) -> list[Violation]:
         value = op.get("value")
         if path.endswith("/subdomain"):
             detail = (
-                f"the Pods' hostnames need a subdomain ({value}) and a headless Service of that name; "
-                "tpu-webhook sets it at create, so this object was created without it: set it"
+                f"the Pods' hostnames need a subdomain ({value}) and a headless Service of that "
+                "name; tpu-webhook sets it at create, so this object was created without it: set it"
             )
             found.append(required(CODE, from_pointer(path), detail, advisory=True))
             continue
