@@ -177,11 +177,14 @@ def check(tpu: TpuSpec, offered: Offered, namespace: str, catalog: Catalog) -> l
         return []  # no single TPU type selected, or GKE provisions it from the class
     if topology is not None and not isinstance(topology, str):
         return []  # several topologies allowed by affinity
-    if not offered.known or offered.offers(accelerator, topology, namespace):
-        return []
     declared = offered.declared_for(namespace)
     refuse = offered.policy.enforce and bool(declared)
-    nearest = _nearest(accelerator, topology, offered, namespace)
+    if refuse:  # the administrator's list is the policy: what the Nodes show does not widen it
+        if any(d.offers(accelerator, topology, namespace) for d in declared):
+            return []
+    elif not offered.known or offered.offers(accelerator, topology, namespace):
+        return []
+    nearest = _nearest(accelerator, topology, offered, namespace, refuse)
     same_type = nearest is not None and nearest[0] == accelerator and topology is not None
     where = tpu.label_field(TOPOLOGY_LABEL if same_type else ACCELERATOR_LABEL)
     value = topology if same_type else accelerator
@@ -207,11 +210,12 @@ def _guide(catalog: Catalog, accelerator: str) -> str:
 
 
 def _nearest(
-    accelerator: str, topology: str | None, offered: Offered, namespace: str
+    accelerator: str, topology: str | None, offered: Offered, namespace: str, declared_only: bool
 ) -> Shape | None:
-    """The offered shape closest to the one asked: the same accelerator first, then the
-    nearest number of chips (the larger on a tie)."""
-    candidates = list(offered.shapes)
+    """The offered shape closest to the one asked (of the declared list alone when it is
+    enforced): the same accelerator first, then the nearest number of chips (the larger on a
+    tie)."""
+    candidates = [] if declared_only else list(offered.shapes)
     candidates += [
         (d.accelerator, t) for d in offered.declared_for(namespace) for t in d.topologies
     ]
