@@ -3,7 +3,8 @@ tests/support/node.py) is labelled as one host of a tpu-v6e-slice 2x4 node pool 
 `tpu-webhook serve` reads the TPU Nodes (metadata only, with exactly the chart's read-only RBAC:
 a token of the chart's ServiceAccount) and warns about a JobSet whose shape no Node has; with
 the administrator's declared list enforced (the chart's `offeredShapes.declared` and
-`enforce`), it refuses it. The JobSet CRD is the pinned JobSet module's.
+`enforce`), it refuses it. A Kueue ResourceFlavor (Kueue's own CRD, v1beta2) that names a
+4x4 shape offers it. The JobSet CRD is the pinned JobSet module's.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ RELEASE = f"offered-{RUN}"
 NAMESPACE = f"tpu-webhook-offered-{RUN}"
 WORK = f"offered-{RUN}"
 POOL = "v6e-2x4"
+FLAVOR_CRD = Path(__file__).parent / "data" / "crds" / "kueue.x-k8s.io_resourceflavors.yaml"
 V6E_2X4_HOST = {
     "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
     "cloud.google.com/gke-tpu-topology": "2x4",
@@ -180,3 +182,36 @@ def test_with_the_declared_list_enforced_the_same_jobset_is_denied(
         declared_shape = create(control_plane, jobset("declared", "8x8", 16))
         assert declared_shape.returncode == 0, declared_shape.stderr
         assert "declared" not in declared_shape.stderr
+
+
+def test_a_shape_a_kueue_resource_flavor_names_is_offered(
+    control_plane: ControlPlane, kubeconfig: Path, tmp_path: Path
+) -> None:
+    """Kueue admits workloads onto its flavors' node labels: a flavor of v6e 4x4 offers it (a
+    node pool that scales from zero behind it leaves no Node)."""
+    cp = control_plane
+    cp.kubectl("apply", "-f", str(FLAVOR_CRD), check=True)
+    cp.kubectl("wait", "--for=condition=Established", "crd/resourceflavors.kueue.x-k8s.io",
+               "--timeout=60s", check=True)  # fmt: skip
+    flavor = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": f"v6e-4x4-{RUN}"},
+        "spec": {
+            "nodeLabels": {
+                "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+                "cloud.google.com/gke-tpu-topology": "4x4",
+            }
+        },
+    }
+    cp.kubectl("apply", "-f", "-", input=json.dumps(flavor), check=True)
+    try:
+        with serving(cp, kubeconfig, tmp_path / "flavor"):
+            # live once a shape nothing offers is warned about, naming the flavor's
+            proc = until(cp, jobset("big", "8x8", 16), f'ResourceFlavor "v6e-4x4-{RUN}"')
+            assert "tpu-v6e-slice 4x4 (ResourceFlavor" in proc.stderr
+            offered = create(cp, jobset("train", "4x4", 4))
+            assert offered.returncode == 0, offered.stderr
+            assert "shows no" not in offered.stderr
+    finally:
+        cp.kubectl("delete", "resourceflavor", flavor["metadata"]["name"])

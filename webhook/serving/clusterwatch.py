@@ -38,8 +38,11 @@ SOURCES: dict[str, str] = {
     "ClusterTrainingRuntime": "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes",
     "TrainingRuntime": "/apis/trainer.kubeflow.org/v1alpha1/trainingruntimes",
     "Node": "/api/v1/nodes",
-    "ResourceFlavor": "/apis/kueue.x-k8s.io/v1beta1/resourceflavors",
+    "ResourceFlavor": "/apis/kueue.x-k8s.io/v1beta2/resourceflavors",
 }
+# kind -> the list path read where the cluster does not serve SOURCES' (404): an older version
+# (Kueue before v1beta2 serves v1beta1 only; newer ones serve it deprecated).
+OLDER = {"ResourceFlavor": "/apis/kueue.x-k8s.io/v1beta1/resourceflavors"}
 # Kinds read only for the shapes offered, each as the OfferPolicy allows.
 OFFER_KINDS = {"Node": "nodes", "ResourceFlavor": "resource_flavors"}
 NODE_LABELS = (ACCELERATOR_LABEL, TOPOLOGY_LABEL, NODE_POOL_LABEL)
@@ -105,6 +108,13 @@ class ClusterWatch:
         return replace(view, autopilot=self.autopilot)
 
     def _list(self, kind: str) -> list[dict[str, Any]]:
+        if kind in OLDER:
+            try:
+                return self.api.list_all(SOURCES[kind])
+            except ApiError as error:
+                if error.status != 404:
+                    raise
+                return self.api.list_all(OLDER[kind])
         if kind != "Node":
             return self.api.list_all(SOURCES[kind])
         nodes = self.api.list_all(
