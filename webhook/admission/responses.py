@@ -39,7 +39,7 @@ def outcome(answered: Verdict) -> str:
 
 def build_response(api_version: str, uid: str, verdict: Verdict, mode: Mode) -> dict[str, Any]:
     """The AdmissionReview answer for a verdict in a mode."""
-    answered = in_mode(verdict, mode)
+    answered = in_mode(verdict, mode) if mode == "warn" else verdict
     response: dict[str, Any] = {"uid": uid, "allowed": not answered.denials}
     if answered.denials:
         message = aggregate(answered.denials)
@@ -68,11 +68,18 @@ def _audit_annotations(verdict: Verdict, mode: Mode) -> dict[str, str]:
     warning, and `mode: warn` says so."""
     annotations: dict[str, str] = {}
     if verdict.denials:
-        annotations["violations"] = ",".join(sorted({v.code for v in verdict.denials}))
+        annotations["violations"] = _joined(verdict.denials)
     if verdict.warnings:
-        annotations["warnings"] = ",".join(sorted({v.code for v in verdict.warnings}))
+        annotations["warnings"] = _joined(verdict.warnings)
     if annotations and mode == "warn":
         annotations["mode"] = "warn"
     if verdict.patch and not verdict.denials:
         annotations["patch-operations"] = str(len(verdict.patch))
     return annotations
+
+
+def _joined(found: Sequence[Violation]) -> str:
+    """The findings' rule codes, sorted, each once, comma-separated."""
+    if len(found) == 1:
+        return found[0].code  # most reviews: no set, no sort
+    return ",".join(sorted({v.code for v in found}))

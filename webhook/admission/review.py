@@ -71,9 +71,13 @@ class _Metadata(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename=
     managed_fields: msgspec.Raw | UnsetType = UNSET
 
 
-_META_KEYS = tuple(
-    (f.name, f.encode_name) for f in msgspec.structs.fields(_Metadata) if f.name != "managed_fields"
-)
+# The keys of _Metadata's fields in their order, managedFields (the last) left out: zipped
+# with msgspec.structs.astuple, which is cheaper than a getattr per field.
+_META_FIELDS = msgspec.structs.fields(_Metadata)
+if _META_FIELDS[-1].name != "managed_fields":
+    raise RuntimeError("_Metadata.managed_fields must be its last field")
+_META_KEYS = tuple(f.encode_name for f in _META_FIELDS[:-1])
+_astuple = msgspec.structs.astuple
 
 
 class _Object(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
@@ -146,8 +150,8 @@ def _plain(obj: _Object | None) -> dict[str, Any] | None:
         metadata = obj.metadata
         plain["metadata"] = {
             key: value
-            for attribute, key in _META_KEYS
-            if (value := getattr(metadata, attribute)) is not UNSET
+            for key, value in zip(_META_KEYS, _astuple(metadata), strict=False)
+            if value is not UNSET
         }
     if obj.spec is not UNSET:
         plain["spec"] = obj.spec

@@ -60,8 +60,8 @@ def check_node_capacity(tpu: TpuSpec, shape: SliceShape | None) -> list[Violatio
 def check_quantities(tpu: TpuSpec) -> list[Violation]:
     found = []
     for c in tpu.tpu_containers:
-        for which in ("requests", "limits"):
-            for resource, value in c.resources(which).items():
+        for which, entries in (("requests", c.requests), ("limits", c.limits)):
+            for resource, value in entries.items():
                 if (resource == "cpu" or resource == "memory") and quantity(value) is None:
                     found.append(
                         invalid(

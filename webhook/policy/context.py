@@ -42,8 +42,12 @@ class Context:
         metadata = obj.get("metadata")
         if not isinstance(metadata, dict):
             metadata = {}
-        labels = _mapping(metadata.get("labels"))
-        annotations = _mapping(metadata.get("annotations"))
+        labels = metadata.get("labels")
+        if not isinstance(labels, dict):
+            labels = {}
+        annotations = metadata.get("annotations")
+        if not isinstance(annotations, dict):
+            annotations = {}
         queue = labels.get(QUEUE_NAME_LABEL) or annotations.get(QUEUE_NAME_LABEL)
         spec = obj.get("spec")
         # the controlling owner (ownerReferences, controller: true), when it makes workloads
@@ -131,7 +135,3 @@ def opted_out(obj: Mapping[str, Any], exemptions: Exemptions = EXEMPTIONS) -> bo
 def skips_checks(annotations: Mapping[str, Any], exemptions: Exemptions = EXEMPTIONS) -> bool:
     """GKE's escape hatch on a Pod (template), where the admin allows it."""
     return exemptions.skip_annotation and annotations.get(SKIP_CHECK_ANNOTATION) == "true"
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}

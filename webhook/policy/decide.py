@@ -70,7 +70,10 @@ class Verdict(
     def codes(self) -> list[str]:
         if not self.denials and not self.warnings:
             return []
-        return sorted({v.code for v in (*self.denials, *self.warnings)})
+        found = (*self.denials, *self.warnings)
+        if len(found) == 1:
+            return [v.code for v in found]  # most reviews: no set, no sort
+        return sorted({v.code for v in found})
 
 
 ALLOW = Verdict()
@@ -201,7 +204,7 @@ def validate(
         return ALLOW
     if workload.claim:
         return check_claim(obj, catalog, cluster, options.exemptions)
-    context = read_context(obj, owner_role, options.exemptions)
+    context = Context(obj, owner_role, options.exemptions)
     autopilot = options.profile == "autopilot" or (
         options.profile == "detect" and cluster.autopilot
     )
@@ -209,7 +212,7 @@ def validate(
     if not found:
         return ALLOW
     if old is not None:
-        as_now = read_context(old, owner_role, options.exemptions).owned_as(context)
+        as_now = Context(old, owner_role, options.exemptions).owned_as(context)
         before = {
             (v.code, str(v.field))
             for v in violations(
@@ -264,8 +267,9 @@ def violations(
     def of(shaped: list[tuple[Site, TpuSpec]]) -> list[Violation]:
         return findings(obj, workload, shaped, catalog, context, exemptions, cluster, autopilot)
 
-    if any(compute_classes.needs_class(tpu) for _, tpu in sites):
-        return found + compute_classes.check(sites, cluster, catalog, of)
+    for _, tpu in sites:  # not any() over a generator: it builds a frame per review
+        if compute_classes.needs_class(tpu):
+            return found + compute_classes.check(sites, cluster, catalog, of)
     return found + of(sites)
 
 
@@ -283,6 +287,7 @@ def findings(
     with `autopilot`, what GKE Autopilot refuses too."""
     found: list[Violation] = []
     as_written: list[Violation] = []  # what belongs to the object a user wrote
+    child = context.child
     for site, tpu in sites:
         if skips_checks(tpu.annotations, exemptions):
             continue
@@ -292,7 +297,7 @@ def findings(
             continue
         found += check_pod_spec(tpu, catalog, context.deferred)
         found += claims.check_toleration(tpu)
-        if not context.child and cluster.offered.known:
+        if not child and cluster.offered.known:
             as_written += offered.check(tpu, cluster.offered, _namespace(obj), catalog)
         if autopilot:
             found += autopilot_rules.check(tpu, catalog)
@@ -301,13 +306,13 @@ def findings(
             continue
         found += capacity.check_node_capacity(tpu, shape)
         if shape.multi_host:
-            if context.child:
+            if child:
                 found += slice_rules.check_worker_env(tpu, shape, advisory=True)
             else:
                 as_written += check_slice(obj, workload.kind, site, tpu, shape)
-        elif not context.child and site.template.hosts and site.template.hosts.counts_single_host:
+        elif not child and site.template.hosts and site.template.hosts.counts_single_host:
             as_written += slice_rules.check_host_counts(obj, site, shape)
-    if not context.child and workload.check is not None:
+    if not child and workload.check is not None:
         as_written += workload.check(obj, sites, catalog, exemptions, cluster)
     if context.owner is not None and as_written:  # a custom owner the table does not know
         as_written = [unknown_owner(v, context.owner.describe()) for v in as_written]

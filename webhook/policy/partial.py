@@ -48,7 +48,9 @@ def check_templates_read(obj: Mapping[str, Any], workload: Workload) -> list[Vio
     """Lists of pod templates (replicatedJobs, workerGroupSpecs) beyond MAX_POD_TEMPLATES."""
     found: list[Violation] = []
     for template in workload.templates:
-        items = dig(obj, template.list_path) if template.in_list else None
+        if not template.in_list:
+            continue
+        items = dig(obj, template.list_path)
         if isinstance(items, list) and len(items) > MAX_POD_TEMPLATES:
             found.append(
                 _unread(

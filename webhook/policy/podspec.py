@@ -54,13 +54,16 @@ class Container:
     @property
     def path(self) -> FieldPath:
         """spec.containers[0]"""
-        return self.at.child(self.list_name).index(self.position)
+        return FieldPath((*self.at.parts, ("field", self.list_name), ("index", self.position)))
 
     def resources(self, which: str) -> Mapping[str, Any]:
         return self.requests if which == "requests" else self.limits
 
     def resource_path(self, which: str, name: str) -> FieldPath:
-        return self.path.child("resources", which).key(name)
+        """spec.containers[0].resources.limits[google.com/tpu]: built in one step (a message
+        of most denials names one)."""
+        steps = (("field", self.list_name), ("index", self.position), ("field", "resources"))
+        return FieldPath((*self.at.parts, *steps, ("field", which), ("key", name)))
 
     def pointer(self, *names: str) -> str:
         """The JSON Pointer of this container, or of a field under it."""
@@ -280,8 +283,8 @@ def _chip_requests(found: list[Container]) -> list[ChipRequest]:
 
 
 def known_accelerator(tpu: TpuSpec, catalog: Catalog) -> Accelerator | None:
-    value = tpu.accelerator_value
-    return catalog.accelerator(value) if isinstance(value, str) else None
+    value = tpu.accelerator_value  # the table itself, not catalog.accelerator(): read per rule
+    return catalog.accelerators.get(value) if isinstance(value, str) else None
 
 
 def slice_shape(tpu: TpuSpec, catalog: Catalog) -> SliceShape | None:
@@ -308,11 +311,11 @@ def slice_options(
 ) -> tuple[SliceShape, ...]:
     """The ways the catalog runs the workload's slice. A sub-slice (annotation and selector
     both set) runs on hosts of the node pool's shape only, and must fit in the pool."""
-    topology = tpu.topology
+    pool = tpu.topology_value
+    topology = pool if tpu.slice_value is None else tpu.slice_value  # tpu.topology, inlined
     if not isinstance(topology, str):
         return ()
     options = accelerator.shapes.get(topology, ())
-    pool = tpu.topology_value
     if tpu.slice_value is None or not isinstance(pool, str) or pool == topology:
         return options
     if not fits(topology, pool):

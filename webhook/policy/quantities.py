@@ -11,14 +11,14 @@ from webhook.catalog.quantity import QuantityError, QuantityOutOfRange, parse_qu
 
 def whole_number(value: object) -> int | None:
     """The count a quantity is when it is a whole, non-negative number; None otherwise."""
-    if _memo(value):
+    if (type(value) is str and len(value) <= MEMO_LENGTH) or _memo(value):  # str: no call
         return _remembered_whole_number(value)
     return _whole_number(value)
 
 
 def quantity(value: object) -> Decimal | None:
     """The amount; +/-Infinity beyond the parser's range (larger than any VM); None if invalid."""
-    if _memo(value):
+    if (type(value) is str and len(value) <= MEMO_LENGTH) or _memo(value):  # str: no call
         return _remembered_quantity(value)
     last = _last_long[0]  # one read: the worker thread of large reviews may replace it
     if value is last[0]:

@@ -26,7 +26,7 @@ def check_accelerator(
     tpu: TpuSpec, catalog: Catalog, deferred: str | None = None
 ) -> list[Violation]:
     value = tpu.accelerator_value
-    if (isinstance(value, str) and catalog.accelerator(value) is not None) or value is SEVERAL:
+    if (isinstance(value, str) and value in catalog.accelerators) or value is SEVERAL:
         return []  # the common case, before any field path or message is built
     field = tpu.label_field(ACCELERATOR_LABEL)
     if value is None:
@@ -107,7 +107,7 @@ def check_topology(tpu: TpuSpec, catalog: Catalog, deferred: str | None = None) 
         accelerator is not None
         and wanted is None
         and isinstance(pool, str)
-        and catalog.shapes(accelerator, pool)
+        and accelerator.shapes.get(pool)
     ):
         return []  # the common case, before any field path or message is built
     found = _check_pool_topology(tpu, accelerator, catalog, deferred)
@@ -240,15 +240,18 @@ def check_chip_counts(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
     runs = sorted({s.chips_per_host for s in options})
     apps = tpu.app_chips
     split = accelerator.multiple_tpu_containers and len(apps) > 1
-    single = [r for r in tpu.chips if r.container.init] if split else list(tpu.chips)
-    wrong = [r for r in single if r.chips is not None and r.chips not in runs]
+    wrong = []  # loops, not comprehensions: each comprehension is a frame per review
+    for r in tpu.chips:
+        if (r.container.init or not split) and r.chips is not None and r.chips not in runs:
+            wrong.append(r)
     total = tpu.chips_per_pod(split=True) if split else None
     if not wrong and (total is None or total in runs):
         return found
     ok = " or ".join(map(str, runs))
     where = _slice_name(tpu, accelerator)
     detail = f"{where} runs {ok} chips per host; set requests and limits to {ok}"
-    found += [invalid("tpu.chips-per-host", r.field, r.chips, detail) for r in wrong]
+    for r in wrong:
+        found.append(invalid("tpu.chips-per-host", r.field, r.chips, detail))
     if total is not None and total not in runs:
         found.append(
             invalid(
@@ -305,7 +308,7 @@ def _dynamic(catalog: Catalog) -> str:
 def check_requests_equal_limits(tpu: TpuSpec) -> list[Violation]:
     found = []
     for container in tpu.tpu_containers:
-        requests, limits = container.resources("requests"), container.resources("limits")
+        requests, limits = container.requests, container.limits
         if TPU_RESOURCE not in requests or TPU_RESOURCE not in limits:
             continue
         asked, limit = requests[TPU_RESOURCE], limits[TPU_RESOURCE]
@@ -323,9 +326,11 @@ def check_requests_equal_limits(tpu: TpuSpec) -> list[Violation]:
 
 
 def check_single_tpu_container(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
+    apps = tpu.app_chips
+    if len(apps) < 2:
+        return []  # the common case: one TPU container
     accelerator = known_accelerator(tpu, catalog)
-    apps = [r for r in tpu.chips if not r.container.init]
-    if accelerator is None or accelerator.multiple_tpu_containers or len(apps) < 2:
+    if accelerator is None or accelerator.multiple_tpu_containers:
         return []
     first = apps[0]
     return [

@@ -70,20 +70,18 @@ class Template:
     spec_path: FieldPath = field(init=False, repr=False, compare=False)
     spec_pointer: str = field(init=False, repr=False, compare=False)
     meta_path: FieldPath = field(init=False, repr=False, compare=False)
+    # whether the template is an item of a list (JobSet's replicatedJobs): read per review
+    in_list: bool = field(init=False, repr=False, compare=False)
+    # the list the template is an item of (`spec.replicatedJobs`); () outside lists
+    list_path: Path = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "spec_path", FieldPath.root(*self.path, "spec"))
         object.__setattr__(self, "spec_pointer", self.spec_path.pointer())
         object.__setattr__(self, "meta_path", FieldPath.root(*self.path, "metadata"))
-
-    @property
-    def in_list(self) -> bool:
-        return EACH in self.path
-
-    @property
-    def list_path(self) -> Path:
-        """The list the template is an item of (`spec.replicatedJobs`); () outside lists."""
-        return self.path[: self.path.index(EACH)] if self.in_list else ()
+        in_list = EACH in self.path
+        object.__setattr__(self, "in_list", in_list)
+        object.__setattr__(self, "list_path", self.path[: self.path.index(EACH)] if in_list else ())
 
     def site(self, body: Mapping[str, Any]) -> Site:
         """This template (outside any list) found in an object as `body`."""

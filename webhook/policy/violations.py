@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from enum import Enum
+from enum import StrEnum
 from typing import NamedTuple
 
 from webhook.policy.bounds import MAX_FINDINGS, MAX_VALUE_CHARS
 from webhook.policy.paths import FieldPath
 
 
-class ErrorType(Enum):
+class ErrorType(StrEnum):  # a StrEnum formats as its value, with no descriptor call
     INVALID = "Invalid value"
     REQUIRED = "Required value"
     UNSUPPORTED = "Unsupported value"
@@ -45,9 +45,9 @@ class Violation(NamedTuple):
     @property
     def message(self) -> str:
         if self.error in (ErrorType.REQUIRED, ErrorType.FORBIDDEN) or self.value is _NO_VALUE:
-            text = f"{self.field}: {self.error.value}: {self.detail}"
+            text = f"{self.field}: {self.error}: {self.detail}"
         else:
-            text = f"{self.field}: {self.error.value}: {render_value(self.value)}: {self.detail}"
+            text = f"{self.field}: {self.error}: {render_value(self.value)}: {self.detail}"
         if len(text) > MAX_MESSAGE_CHARS:
             return text[: MAX_MESSAGE_CHARS - 20] + "... (message cut)"
         return text
@@ -105,6 +105,8 @@ def shown(value: object) -> str:
 def aggregate(violations: Sequence[Violation]) -> str:
     """One message as Kubernetes aggregates errors: `a` or `[a, b]`; at most MAX_FINDINGS of
     them, then `and N more`."""
+    if len(violations) == 1:
+        return violations[0].message  # most denials: no list, no join
     messages = [v.message for v in violations[:MAX_FINDINGS]]
     if len(violations) > MAX_FINDINGS:
         messages.append(f"and {len(violations) - MAX_FINDINGS} more")

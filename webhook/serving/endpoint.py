@@ -74,7 +74,10 @@ class AdmissionEndpoint:
         try:
             length = _declared_length(scope, self.max_body_bytes)
             if self.offload.inline(length):
-                body = await _read_body(receive, self.max_body_bytes)
+                message = await receive()  # the whole review at once, as the API server sends
+                body = _whole_body(message, self.max_body_bytes)
+                if body is None:
+                    body = await _read_body(receive, self.max_body_bytes, message)
                 decided = self.decide(body, mode)
             else:
                 async with self.offload.slots:
@@ -104,7 +107,7 @@ class AdmissionEndpoint:
             api_version, request = parse_review_prefiltered(body)
             verdict = review_request(request, self.endpoint, self.policy)
             payload = build_response(api_version, request.uid, verdict, mode)
-            answered = in_mode(verdict, mode)
+            answered = in_mode(verdict, mode) if mode == "warn" else verdict
             return Decided(200, orjson.dumps(payload), outcome(answered), request, answered)
         except ReviewError as error:
             return Decided(400, _error(str(error)), "invalid", request, None)
@@ -136,12 +139,12 @@ def _declared_length(scope: Scope, limit: int) -> int | None:
     return length
 
 
-async def _read_body(receive: Receive, limit: int) -> bytes:
-    message = await receive()
-    if message["type"] == "http.request" and not message.get("more_body", False):
-        body: bytes = message.get("body", b"")  # the whole review at once, as the API server sends
-        if len(body) > limit:
-            raise HTTPProblem(413, f"request body larger than {limit} bytes")
+async def _read_body(receive: Receive, limit: int, message: Message | None = None) -> bytes:
+    """The body of the request; `message`: its first message, already received."""
+    if message is None:
+        message = await receive()
+    body = _whole_body(message, limit)
+    if body is not None:
         return body
     chunks: list[bytes] = []
     size = 0
@@ -156,6 +159,16 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
         if not message.get("more_body", False):
             return b"".join(chunks)
         message = await receive()
+
+
+def _whole_body(message: Message, limit: int) -> bytes | None:
+    """The body when `message` holds all of it (the API server sends a review at once)."""
+    if message["type"] == "http.request" and not message.get("more_body", False):
+        body: bytes = message.get("body", b"")
+        if len(body) > limit:
+            raise HTTPProblem(413, f"request body larger than {limit} bytes")
+        return body
+    return None
 
 
 async def _respond(send: Send, status: int, data: bytes) -> None:
@@ -181,18 +194,19 @@ def _log_line(
     meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
     name = request.name or meta.get("name") or meta.get("generateName") or ""
     return ReviewLine(
-        ts=int(time.time() * 1000) / 1000,
-        uid=request.uid[:64],
-        endpoint=endpoint,
-        mode=mode,
-        kind=request.kind.kind[:64],
-        namespace=request.namespace[:64],
-        name=name[:253] if isinstance(name, str) else "",
-        operation=request.operation[:16],
-        outcome=result,
-        allowed=result != "denied",
-        rules=answered.codes if answered else [],
-        patch_ops=len(answered.patch) if answered else 0,
-        dry_run=bool(request.dry_run),
-        duration_ms=int(seconds * 1_000_000) / 1000,
+        int(time.time() * 1000) / 1000,  # ts
+        "review",  # msg
+        request.uid[:64],
+        endpoint,
+        mode,
+        request.kind.kind[:64],
+        request.namespace[:64],
+        name[:253] if isinstance(name, str) else "",
+        request.operation[:16],
+        result,  # outcome
+        result != "denied",  # allowed
+        answered.codes if answered else [],  # rules
+        len(answered.patch) if answered else 0,  # patch_ops
+        bool(request.dry_run),
+        int(seconds * 1_000_000) / 1000,  # duration_ms
     )

@@ -16,12 +16,12 @@ from webhook.admission.dispatch import Endpoint
 from webhook.admission.responses import Mode
 
 
-class ReviewLine(msgspec.Struct, kw_only=True):
+class ReviewLine(msgspec.Struct):
     """uid, kind, namespace/name, operation, verdict, rule codes, patch size, duration: never
-    the object itself."""
+    the object itself. Built positionally, once per review (keywords cost more)."""
 
     ts: float
-    msg: str = "review"
+    msg: str  # "review"
     uid: str
     endpoint: Endpoint
     mode: Mode
