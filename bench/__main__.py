@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.ExitStack() as stack:
             if args.cluster_cache is not None:
                 _read_cluster(stack, servers, *args.cluster_cache)
-            results = bench_servers(servers, reviews, profile, files)
+            results = bench_servers(servers, reviews, profile, files, args.rounds)
         if not args.no_inprocess:
             os.sched_setaffinity(0, {SERVER_CORE})
             costs = measure(reviews, profile.budget)
@@ -126,6 +126,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NODES,CLASSES",
         help="our servers read a real API server holding this many TPU Nodes and ComputeClasses "
         "(clusterObjects on) before the load, e.g. 1000,50",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="make every closed-loop run N times, the servers alternating; each keeps its best "
+        "round, and the report lists them all (a noisy host only ever slows a run)",
     )
     parser.add_argument("--review", action="append", help="only this corpus review (repeatable)")
     parser.add_argument("--out", type=Path, help="also write report.md and results.json here")

@@ -534,17 +534,22 @@ Results = dict[str, dict[str, Figures]]  # by workload, then way
 
 
 def run(
-    profile: Profile, work: Path, workloads: tuple[Workload, ...] = WORKLOADS
+    profile: Profile,
+    work: Path,
+    workloads: tuple[Workload, ...] = WORKLOADS,
+    bin_dir: Path | None = None,
 ) -> tuple[Results, str]:
     """Every workload and way, round by round; the API server's version and the load averages
-    around it."""
+    around it. `bin_dir`: the control plane's binaries (default: tests/tools' build)."""
     load_before = os.getloadavg()
     make_certs(work)
     results = {w.name: {way: Figures(way) for way in w.ways} for w in workloads}
     patch = mutate_patch(tpu_pod("floor"), default_policy())  # what tpu-webhook answers
     with (
         ControlPlane(
-            extra_apiserver_args=FEATURES, extra_controller_manager_args=CONTROLLER_QPS
+            bin_dir=bin_dir,
+            extra_apiserver_args=FEATURES,
+            extra_controller_manager_args=CONTROLLER_QPS,
         ) as cp,
         WebhookProcess(work) as server,
         Floor("go", work, patch, FLOOR_DONE) as floor_go,
@@ -727,6 +732,12 @@ def main(argv: list[str] | None = None) -> int:
         default="tpu,plain",
         help="comma-separated: tpu (every way), plain (none, webhook, webhook-no-cel)",
     )
+    parser.add_argument(
+        "--bin-dir",
+        type=Path,
+        help="etcd, kube-apiserver, kube-controller-manager, kubectl and helm from this folder "
+        "instead of tests/tools' build (another Kubernetes version)",
+    )
     args = parser.parse_args(argv)
     profile = PROFILES["quick" if args.quick else "default"]
     chosen = args.workloads.split(",")
@@ -735,7 +746,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown workload(s): {', '.join(sorted(unknown))}")
     workloads = tuple(w for w in WORKLOADS if w.name in chosen)
     with tempfile.TemporaryDirectory(prefix="tpu-webhook-bench-create-") as work:
-        results, version = run(profile, Path(work), workloads)
+        results, version = run(profile, Path(work), workloads, args.bin_dir)
     command = "python -m bench.create" + (" --quick" if args.quick else "")
     if args.workloads != "tpu,plain":
         command += f" --workloads {args.workloads}"

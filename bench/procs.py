@@ -42,6 +42,7 @@ class Server:
     env: dict[str, str] = field(default_factory=dict)  # beside this process's environment
     # called once the server is ready (before any load): e.g. until it has read the cluster
     after_start: Callable[[Server], None] | None = None
+    wrapper: list[str] = field(default_factory=list)  # runs the server: e.g. valgrind and its flags
 
     @property
     def log(self) -> Path:
@@ -54,7 +55,7 @@ class Server:
 
     def start(self, timeout: float = 30.0) -> Server:
         args = [a.replace("{port}", str(self.port)) for a in self.module_args]
-        command = ["taskset", "-c", str(self.core), sys.executable, "-m", *args]
+        command = ["taskset", "-c", str(self.core), *self.wrapper, sys.executable, "-m", *args]
         with self.log.open("wb") as log:
             started = time.perf_counter()
             self.process = subprocess.Popen(

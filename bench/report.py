@@ -162,7 +162,7 @@ def _compare_table(results: dict[str, ServerResult]) -> list[str]:
         return []
     names = list(results)
     lines = [
-        "### Side by side (closed loop, in turn; req/s, CPU µs/req)",
+        "### Side by side (closed loop, in turn; req/s, CPU µs/req, % of the ceiling's req/s)",
         "",
         "| review | conns | " + " | ".join(names) + " |",
         "|---|---|" + "---|" * len(names),
@@ -170,15 +170,25 @@ def _compare_table(results: dict[str, ServerResult]) -> list[str]:
     first = next(iter(results.values()))
     for load in (x for x in first.loads if x.rate == 0):
         cells = []
+        ceiling = results.get("ceiling")
+        top = find(ceiling.loads, load.review, load.connections) if ceiling else None
         for name in names:
             x = find(results[name].loads, load.review, load.connections)
-            cells.append(f"{x.throughput:,.0f}, {x.cpu_us:.1f}" if x else "")
+            share = (
+                f" ({x.throughput / top.throughput:.0%})" if x and top and name != "ceiling" else ""
+            )
+            cells.append(f"{x.throughput:,.0f}, {x.cpu_us:.1f}{share}" if x else "")
         lines.append(f"| {load.review} | {load.connections} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
 
 def _rate(x: Load | None) -> str:
-    return f"{x.throughput:,.0f}" + (f" ({x.errors} errors)" if x.errors else "") if x else ""
+    if x is None:
+        return ""
+    text = f"{x.throughput:,.0f}" + (f" ({x.errors} errors)" if x.errors else "")
+    if x.rounds:
+        text += " (rounds: " + ", ".join(f"{r:,.0f}" for r in x.rounds) + ")"
+    return text
 
 
 def _lat(x: Load | None) -> str:
