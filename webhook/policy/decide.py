@@ -263,14 +263,16 @@ def violations(
     if context.opted_out or context.skip_checks:
         return []
     found: list[Violation] = partial.check_templates_read(obj, workload)
-
-    def of(shaped: list[tuple[Site, TpuSpec]]) -> list[Violation]:
-        return findings(obj, workload, shaped, catalog, context, exemptions, cluster, autopilot)
-
     for _, tpu in sites:  # not any() over a generator: it builds a frame per review
-        if compute_classes.needs_class(tpu):
+        if tpu.compute_class is not None and compute_classes.needs_class(tpu):
+
+            def of(shaped: list[tuple[Site, TpuSpec]]) -> list[Violation]:
+                return findings(
+                    obj, workload, shaped, catalog, context, exemptions, cluster, autopilot
+                )
+
             return found + compute_classes.check(sites, cluster, catalog, of)
-    return found + of(sites)
+    return found + findings(obj, workload, sites, catalog, context, exemptions, cluster, autopilot)
 
 
 def findings(
@@ -289,7 +291,7 @@ def findings(
     as_written: list[Violation] = []  # what belongs to the object a user wrote
     child = context.child
     for site, tpu in sites:
-        if skips_checks(tpu.annotations, exemptions):
+        if exemptions.skip_annotation and skips_checks(tpu.annotations, exemptions):
             continue
         found += partial.check_pod_spec_read(tpu)
         if not tpu.chips:  # a Pod on TPU nodes that uses no chips: no host of a slice
