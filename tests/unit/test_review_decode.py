@@ -6,11 +6,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import msgspec
 import orjson
 import pytest
 
 from bench.corpus import load_corpus
-from webhook.admission.review import OBJECTS_MAX_BYTES, parse_review
+from webhook.admission.review import OBJECTS_MAX_BYTES, _Metadata, parse_review
 
 MANAGED = [
     {
@@ -94,3 +95,17 @@ def test_an_object_that_is_no_object_is_handed_on_as_it_is() -> None:
     for value in (None, [], "pod", 3):
         _, request = parse_review(review(value))
         assert request.object == value
+
+
+def test_every_field_of_object_meta_is_kept_whatever_its_value() -> None:
+    """Every field the decoder declares (a field the copy forgot would be dropped silently)."""
+    keys = [
+        f.encode_name for f in msgspec.structs.fields(_Metadata) if f.encode_name != "managedFields"
+    ]
+    assert len(keys) == 14
+    values: tuple[Any, ...] = ("v", 0, False, None, [], {})
+    for value in values:
+        metadata = {key: value for key in keys}
+        obj = {**pod(), "metadata": {**metadata, "managedFields": MANAGED}}
+        _, request = parse_review(review(obj))
+        assert request.object == {**obj, "metadata": metadata}

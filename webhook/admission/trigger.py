@@ -13,7 +13,6 @@ three in agreement.
 from __future__ import annotations
 
 import os
-import re
 
 from webhook.catalog.tpu import ACCELERATOR_LABEL, TOPOLOGY_LABEL, TPU_RESOURCE
 from webhook.policy.affinity import AFFINITY_TERMS
@@ -39,8 +38,7 @@ WHOLE_KINDS = frozenset(w.kind for w in WORKLOADS.values() if not w.templates)
 
 # The API server serialises objects with Go's encoding/json, which escapes only <, >, &, U+2028,
 # U+2029 and control characters: each key appears literally in the body of a review whose object
-# has it. The selector keys are scanned for by the common prefix of their names (`gke-tpu-`):
-# markers that all start with `g` let the regex skip from one `g` of the body to the next.
+# has it. The selector keys are scanned for by the common prefix of their names (`gke-tpu-`).
 _NAMES = [key.rpartition("/")[2] for key in TPU_SELECTOR_KEYS]
 TPU_MARKERS = (
     *(resource.encode() for resource in TPU_RESOURCES),
@@ -48,18 +46,13 @@ TPU_MARKERS = (
     # a pod spec's `resourceClaims` and the kinds ResourceClaim(Template): DRA
     RESOURCE_CLAIMS[1:-1].encode(),
 )
-# The markers that start with `g` in one regex scan (the engine skips from one `g` to the next);
-# any other by a plain substring search: an alternation of other first letters would try
-# every position of the body (15x slower on a 3 KB Pod).
-_MARKER = re.compile(b"|".join(re.escape(m) for m in TPU_MARKERS if m[:1] == b"g"))
-_OTHERS = tuple(m for m in TPU_MARKERS if m[:1] != b"g")
 
 
 def may_be_tpu(body: bytes) -> bool:
-    """Whether a TPU marker appears anywhere in the body."""
-    if _MARKER.search(body) is not None:
-        return True
-    for marker in _OTHERS:  # noqa: SIM110 - any() over a generator builds a frame
+    """Whether a TPU marker appears anywhere in the body: one substring search per marker,
+    which skips through the body faster than one regex of them all (6k against 10k instructions
+    on a 3.6 KB TPU Pod's review, 23k against 29k on a 3 KB plain one)."""
+    for marker in TPU_MARKERS:  # noqa: SIM110 - any() over a generator builds a frame
         if marker in body:
             return True
     return False
