@@ -9,10 +9,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from tests.unit import apply, workload_of
 from webhook.catalog import load_catalog
 from webhook.policy import decide
-from webhook.policy.violations import aggregate
+from webhook.policy.violations import aggregate, render_value
 
 CATALOG = load_catalog()
 ACCELERATOR = "cloud.google.com/gke-tpu-accelerator"
@@ -303,3 +305,27 @@ def test_several_violations_are_aggregated_in_brackets_like_kubernetes() -> None
         "spec.parallelism and spec.completions to 4, spec.completions: Invalid value: 8: 2x2x4 = "
         "16 chips at 4 per host needs 4 hosts; set spec.parallelism and spec.completions to 4]"
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (3, "3"),
+        (-3, "-3"),
+        (0, "0"),
+        (True, "true"),  # a bool is no number here
+        (None, "null"),
+        (10**95 - 1, "9" * 95),
+        (-(10**95 - 1), "-" + "9" * 95),  # 96 characters: whole
+        (10**95, "1" + "0" * 95),  # 96 characters: whole
+        (-(10**95), "-1" + "0" * 94 + "... (97 characters)"),
+        (10**96, "1" + "0" * 95 + "... (97 characters)"),
+        (10**100, "a number of 101 digits"),
+        (2.5, "2.5"),
+        ("4", '"4"'),
+    ],
+)
+def test_a_value_is_printed_as_the_api_server_prints_it_and_cut_at_96_characters(
+    value: object, shown: str
+) -> None:
+    assert render_value(value) == shown

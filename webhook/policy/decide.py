@@ -68,12 +68,15 @@ class Verdict(
 
     @property
     def codes(self) -> list[str]:
-        if not self.denials and not self.warnings:
-            return []
-        found = (*self.denials, *self.warnings)
-        if len(found) == 1:
-            return [v.code for v in found]  # most reviews: no set, no sort
-        return sorted({v.code for v in found})
+        denials, warnings = self.denials, self.warnings
+        if not warnings:
+            if not denials:
+                return []
+            if len(denials) == 1:
+                return [denials[0].code]  # most denials: no set, no sort
+        elif not denials and len(warnings) == 1:
+            return [warnings[0].code]
+        return sorted({v.code for v in (*denials, *warnings)})
 
 
 ALLOW = Verdict()

@@ -27,6 +27,8 @@ class ErrorType(StrEnum):  # a StrEnum formats as its value, with no descriptor 
 
 
 _NO_VALUE = object()
+# Errors printed without the value (a class attribute of an enum costs a lookup on every read).
+_VALUELESS = (ErrorType.REQUIRED, ErrorType.FORBIDDEN)
 # A message is at most this long, whatever a rule put in it: the rest is cut.
 MAX_MESSAGE_CHARS = 1024
 
@@ -44,7 +46,7 @@ class Violation(NamedTuple):
 
     @property
     def message(self) -> str:
-        if self.error in (ErrorType.REQUIRED, ErrorType.FORBIDDEN) or self.value is _NO_VALUE:
+        if self.error in _VALUELESS or self.value is _NO_VALUE:
             text = f"{self.field}: {self.error}: {self.detail}"
         else:
             text = f"{self.field}: {self.error}: {render_value(self.value)}: {self.detail}"
@@ -84,6 +86,8 @@ def forbidden(code: str, field: FieldPath, detail: str, *, advisory: bool = Fals
 def render_value(value: object) -> str:
     """Values as the API server prints them: strings quoted, numbers bare; a long one cut to
     MAX_VALUE_CHARS characters, its length said."""
+    if type(value) is int and -_SHORT_INT < value < _SHORT_INT:
+        return str(value)  # most values (a chip count): printed whole, no cut to consider
     if isinstance(value, str):
         return json.dumps(shown(value))
     if isinstance(value, bool) or value is None:
@@ -118,6 +122,7 @@ def _is_int(value: object) -> bool:
 
 
 _PRINTED_WHOLE = 10**100  # a module constant: Python folds no power this large into the code
+_SHORT_INT = 10 ** (MAX_VALUE_CHARS - 1)  # its digits and a sign fit in MAX_VALUE_CHARS
 
 
 def _digits(value: object) -> str:
