@@ -16,14 +16,18 @@ kube-controller-manager's Job controller) runs three ways, side by side, round b
   mode (`helm template`, dev/chart.py): mutate and validate, as installed;
 - `webhook-no-cel`: the same with `webhook.matchConditions.enabled=false` (what the CEL filter
   costs a TPU Pod, which it always lets through);
+- `webhook-ns` (plain workloads only): the same with `webhook.namespaceSelector` selecting the
+  namespaces labelled `tpu-webhook.io/enabled=true`, of which the plain workloads' is not: what
+  every other Pod pays where the admin names the TPU namespaces;
 - `policy`: the same defaults written as a MutatingAdmissionPolicy (the TPU ports the catalog
   lists, added to TPU containers that lack them), filtered by the same CEL matchConditions.
 
 Each round measures, per way: the latency of creating TPU Pods one after the other (p50, p99);
 1,000 Pod creates from 8 clients (wall time); and a Job whose controller creates 256 Pods (from
 the Job's create to the 256th Pod stored, seen on a watch). Then the same with a plain workload
-(Pods and a Job that ask for no TPU, as 99% of a cluster's Pods) under `none`, `webhook` and
-`webhook-no-cel`: what tpu-webhook, installed as the chart installs it, costs every other Pod.
+(Pods and a Job that ask for no TPU, as 99% of a cluster's Pods) under `none`, `webhook`,
+`webhook-no-cel` and `webhook-ns`: what tpu-webhook, installed as the chart installs it, costs every
+other Pod.
 See bench/README.md.
 """
 
@@ -55,7 +59,7 @@ from webhook.catalog import load_catalog
 from webhook.registration import tpu_match_expression
 
 WAYS = ("none", "floor-go", "floor-python", "webhook", "webhook-no-cel", "policy")
-PLAIN_WAYS = ("none", "webhook", "webhook-no-cel")
+PLAIN_WAYS = ("none", "webhook", "webhook-no-cel", "webhook-ns")
 FEATURES = (
     "--feature-gates=MutatingAdmissionPolicy=true",
     "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
@@ -64,6 +68,10 @@ FEATURES = (
 # whatever admission costs: raised, so the burst measures the API server and its admission.
 CONTROLLER_QPS = ("--kube-api-qps=1000", "--kube-api-burst=1000")
 NAMESPACE = "bench"
+# `webhook-ns` sends only the namespaces with this label: SELECTED has it, NAMESPACE does not
+ENABLED = "tpu-webhook.io/enabled"
+SELECTED = "bench-tpu"
+SELECT_ENABLED = "webhook.namespaceSelector.matchLabels.tpu-webhook\\.io/enabled=true"  # --set
 JOB_HOSTS = 256  # tpu-v4-podslice 8x8x16: 1,024 chips, 4 per host
 ACCELERATOR = "cloud.google.com/gke-tpu-accelerator"
 TOPOLOGY = "cloud.google.com/gke-tpu-topology"
@@ -423,19 +431,21 @@ def switch_to(cp: ControlPlane, way: str, registrations: dict[str, list[dict[str
         manifest = "\n".join(json.dumps(d) for d in docs)
         cp.kubectl("delete", "--ignore-not-found", "-f", "-", input=manifest, check=True)
     await_patching(cp, False)
+    await_patching(cp, False, SELECTED)
     if way in registrations:
         manifest = "\n".join(json.dumps(d) for d in registrations[way])
         cp.kubectl("apply", "-f", "-", input=manifest, check=True)
-        await_patching(cp, True)
+        await_patching(cp, True, SELECTED if way == "webhook-ns" else NAMESPACE)
 
 
-def await_patching(cp: ControlPlane, patched: bool) -> None:
-    """Until a dry-run create of a TPU Pod comes back with (or without) the TPU ports."""
+def await_patching(cp: ControlPlane, patched: bool, namespace: str = NAMESPACE) -> None:
+    """Until a dry-run create of a TPU Pod in `namespace` comes back with (or without) the TPU
+    ports."""
     canary = tpu_pod("canary")
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         done = cp.kubectl(
-            "create", "--dry-run=server", "-o", "json", "-n", NAMESPACE, "-f", "-",
+            "create", "--dry-run=server", "-o", "json", "-n", namespace, "-f", "-",
             input=json.dumps(canary),
         )  # fmt: skip
         if done.returncode == 0:
@@ -557,6 +567,8 @@ def run(
     ):
         version = cp.version
         cp.kubectl("create", "namespace", NAMESPACE, check=True)
+        cp.kubectl("create", "namespace", SELECTED, check=True)
+        cp.kubectl("label", "namespace", SELECTED, f"{ENABLED}=true", check=True)
         api = Api(cp)
         wait_for(
             lambda: (
@@ -572,6 +584,11 @@ def run(
                 server.url,
                 server.ca_file.read_bytes(),
                 extra_values=["webhook.matchConditions.enabled=false"],
+            ),
+            "webhook-ns": url_mode_configurations(
+                server.url,
+                server.ca_file.read_bytes(),
+                extra_values=[SELECT_ENABLED],
             ),
             "policy": mutating_admission_policy(),
         }
@@ -625,8 +642,9 @@ def report(results: Results, profile: Profile, version: str, command: str) -> st
         lines += [
             "",
             "Plain Pods and a plain Job (no TPU): what every other Pod pays for tpu-webhook "
-            "installed as the chart installs it (`webhook`), and without its CEL filter "
-            "(`webhook-no-cel`: every Pod sent):",
+            "installed as the chart installs it (`webhook`), without its CEL filter "
+            "(`webhook-no-cel`: every Pod sent), and with `webhook.namespaceSelector` naming "
+            "other namespaces (`webhook-ns`):",
             "",
         ]
         lines += _ways_table(plain, profile)
@@ -730,7 +748,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--workloads",
         default="tpu,plain",
-        help="comma-separated: tpu (every way), plain (none, webhook, webhook-no-cel)",
+        help="comma-separated: tpu (every way), plain (none, webhook, webhook-no-cel, webhook-ns)",
     )
     parser.add_argument(
         "--bin-dir",

@@ -435,6 +435,7 @@ def test_schema_rejects_a_wrong_type(helm_env: dict[str, str], command: str) -> 
         ("webhook.exemptions.optOutLabel", "maybe"),
         ("webhook.timeoutSeconds", "31"),
         ("image.pullPolicy", "Sometimes"),
+        ("webhook.namespaceSelector.matchExpressions[0].operator", "Matches"),
     ],
 )
 def test_schema_rejects_values_outside_their_enum_or_range(
@@ -442,7 +443,7 @@ def test_schema_rejects_values_outside_their_enum_or_range(
 ) -> None:
     proc = template(helm_env, sets={key: value})
     assert proc.returncode != 0
-    assert "/" + key.replace(".", "/") in proc.stderr
+    assert "/" + key.replace(".", "/").replace("[", "/").replace("]", "") in proc.stderr
 
 
 def test_url_mode_without_acknowledgement_fails_with_an_explanation(
@@ -824,6 +825,30 @@ def test_namespace_selector_excludes_kube_system_the_release_namespace_and_opt_o
         assert entry["objectSelector"]["matchExpressions"] == [
             {"key": OPT_OUT_LABEL, "operator": "NotIn", "values": ["true"]}
         ]
+
+
+def test_the_namespace_selector_of_the_admin_narrows_every_entry(
+    helm_env: dict[str, str],
+) -> None:
+    sets = {
+        "webhook.namespaceSelector.matchLabels.tpu-webhook\\.io/enabled": "true",
+        "webhook.namespaceSelector.matchExpressions[0].key": "team",
+        "webhook.namespaceSelector.matchExpressions[0].operator": "In",
+        "webhook.namespaceSelector.matchExpressions[0].values[0]": "research",
+        "webhook.warnMode.enabled": "true",
+    }
+    entries = webhooks(render(helm_env, sets=sets))
+    assert len(entries) == 4
+    for entry in entries.values():
+        selector = entry["namespaceSelector"]
+        assert selector["matchLabels"] == {"tpu-webhook.io/enabled": "true"}
+        exprs = ns_expressions(entry)
+        assert exprs["team"] == ("In", ["research"])
+        assert exprs[OPT_OUT_LABEL] == ("NotIn", ["true"])  # the exclusions stay
+        assert exprs["kubernetes.io/metadata.name"][0] == "NotIn"
+    for entry in webhooks(render(helm_env)).values():
+        assert "matchLabels" not in entry["namespaceSelector"]  # by default: every namespace
+        assert "team" not in ns_expressions(entry)
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,8 @@ one, so each outcome here is the switched release's, and its server's review log
 
 And the ValidatingAdmissionPolicy of the chart README, applied as written there: the opt-out
 label is refused outside the namespaces it lists.
+
+And `webhook.namespaceSelector`, the admin's choice of the namespaces sent at all.
 """
 
 from __future__ import annotations
@@ -121,17 +123,23 @@ class Switched:
         return f"{verdict}, {self.answer(namespace, pod['metadata']['name']) or 'never sent'}"
 
 
+ENABLED = "tpu-webhook.io/enabled"  # the README's example of a webhook.namespaceSelector label
 SWITCHES = {
     "no-opt-out-label": ["webhook.exemptions.optOutLabel=false"],
     "no-skip-annotation": ["webhook.exemptions.skipAnnotation=false"],
     "research-only": [f"webhook.exemptions.namespaces={{{RESEARCH}}}"],
+    # not an exemption: the admin's choice of the namespaces sent at all (RESEARCH is labelled)
+    "selected-namespaces": ["webhook.namespaceSelector.matchLabels.tpu-webhook\\.io/enabled=true"],
 }
+# where a switch's release is first seen refusing a broken Pod
+LIVE_IN = {"selected-namespaces": RESEARCH}
 
 
 @pytest.fixture(scope="module")
 def namespaces(control_plane: ControlPlane) -> Iterator[None]:
     for name in (RESEARCH, TEAM):
         control_plane.kubectl("create", "namespace", name, check=True)
+    control_plane.kubectl("label", "namespace", RESEARCH, f"{ENABLED}=true", check=True)
     yield
     for name in (RESEARCH, TEAM):
         control_plane.kubectl("delete", "namespace", name, "--wait=false")
@@ -161,7 +169,8 @@ def switched(
             switched = Switched(name, server, environment)
             # live once this release's server refuses a plain broken Pod
             deadline = time.monotonic() + 60
-            while switched.observed(control_plane, TEAM, broken_pod()) != "refused, denied":
+            live_in = LIVE_IN.get(name, TEAM)
+            while switched.observed(control_plane, live_in, broken_pod()) != "refused, denied":
                 assert time.monotonic() < deadline, f"{name} never went live"
                 time.sleep(0.5)
             yield switched
@@ -210,6 +219,16 @@ def test_a_broken_pod_that_opts_out_is_refused_where_the_admin_switched_its_opt_
 ) -> None:
     pod = broken_pod(labelled=opt_out == "label", annotated=opt_out == "annotation")
     assert switched.observed(control_plane, namespace, pod) == expected
+
+
+@pytest.mark.parametrize("switched", ["selected-namespaces"], indirect=True)
+def test_only_the_namespaces_the_selector_selects_are_sent(
+    control_plane: ControlPlane, switched: Switched
+) -> None:
+    assert switched.observed(control_plane, RESEARCH, broken_pod()) == "refused, denied"
+    # The API server never sends this release a Pod of another namespace (the suite's own
+    # registration, when live, may still refuse it: only this release's answer is asserted).
+    assert switched.observed(control_plane, TEAM, broken_pod()).endswith(", never sent")
 
 
 # --------------------------------------------------- the README's ValidatingAdmissionPolicy

@@ -53,13 +53,21 @@ rules:
 
 {{/*
 namespaceSelector: never kube-system, the release namespace (the webhook must not guard its own
-Pods) or webhook.excludeNamespaces; never a namespace with the opt-out label set to "true".
+Pods) or webhook.excludeNamespaces; never a namespace with the opt-out label set to "true"; and,
+when webhook.namespaceSelector is set, only the namespaces it selects.
 "warn": "any" (mutating), "exclude" (enforcing: not the warn-mode namespaces) or "only".
 Call with (dict "root" $ "excluded" <list> "warn" <mode>).
 */}}
 {{- define "tpu-webhook.namespaceSelector" -}}
 {{- $wh := .root.Values.webhook -}}
 namespaceSelector:
+  {{- with $wh.namespaceSelector.matchLabels }}
+  matchLabels:
+    {{- /* quoted: `--set ...=true` gives a bool, a label value is a string */}}
+    {{- range $key, $value := . }}
+    {{ $key | quote }}: {{ $value | toString | quote }}
+    {{- end }}
+  {{- end }}
   matchExpressions:
     - key: kubernetes.io/metadata.name
       operator: NotIn
@@ -75,6 +83,13 @@ namespaceSelector:
     - key: {{ $wh.warnMode.label | quote }}
       operator: In
       values: [{{ $wh.warnMode.value | quote }}]
+    {{- end }}
+    {{- range $wh.namespaceSelector.matchExpressions }}
+    - key: {{ .key | quote }}
+      operator: {{ .operator }}
+      {{- with .values }}
+      values: [{{ range $i, $v := . }}{{ if $i }}, {{ end }}{{ $v | toString | quote }}{{ end }}]
+      {{- end }}
     {{- end }}
 {{- end }}
 
