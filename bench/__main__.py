@@ -32,8 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     if len(os.sched_getaffinity(0) | {SERVER_CORE, LOAD_CORE}) > (os.cpu_count() or 1):
         raise SystemExit("the benchmark needs two cores: the server on 0, the load on 1")
     profile = PROFILES["quick" if args.quick else "full" if args.full else "default"]
-    reviews = [r for r in load_corpus() if not args.review or r.name in args.review]
-    files = {r.name: CORPUS_DIR / r.filename for r in reviews}
+    corpus = load_corpus()
+    reviews = [r for r in corpus if not args.review or r.name in args.review]
+    files = {r.name: CORPUS_DIR / r.filename for r in corpus}  # the TPU Job's for every run
     ensure_wrk()
     os.sched_setaffinity(0, {LOAD_CORE})  # this process drives the open-loop client
     atexit.register(stop_all)
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.ExitStack() as stack:
             if args.cluster_cache is not None:
                 _read_cluster(stack, servers, *args.cluster_cache)
-            results = bench_servers(servers, reviews, profile, files, args.rounds)
+            results = bench_servers(servers, reviews, profile, files, args.rounds, corpus)
         if not args.no_inprocess:
             os.sched_setaffinity(0, {SERVER_CORE})
             costs = measure(reviews, profile.budget)

@@ -80,6 +80,7 @@ def bench_servers(
     profile: Profile,
     files: dict[str, Path],
     rounds: int = 1,
+    corpus: list[Review] | None = None,
 ) -> dict[str, ServerResult]:
     """Start each server in turn, then load them in turn, run by run (never two at once).
 
@@ -90,7 +91,8 @@ def bench_servers(
     host: noise only ever slows a run down), with every round's figure beside it.
     """
     results = {s.name: ServerResult(s.name) for s in servers}
-    job = next(r for r in reviews if r.name == JOB)
+    # the warm-up's and the open loop's review, from `corpus` when `--review` left it out
+    job = next(r for r in [*reviews, *(corpus or ())] if r.name == JOB)
     for server in servers:
         server.start()
         results[server.name].startup_s = server.startup_seconds
