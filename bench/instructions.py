@@ -10,7 +10,8 @@ more, the counters dumped (`-d`), and the dump's total divided by them. Everythi
 process runs counts (TLS, uvicorn, httptools, the app), as in its CPU time; the ratio to the
 ceiling is the ratio of instructions, not of req/s (instructions per cycle differ a little).
 
-    python -m bench.instructions [--requests 800] [--compare old=/tmp/old] [--review NAME]
+    python -m bench.instructions [--requests 800] [--connections 8] [--compare old=/tmp/old]
+                                 [--review NAME]
 
 Needs valgrind (`apt-get install valgrind`). About 2 minutes per server.
 """
@@ -50,44 +51,64 @@ def main(argv: list[str] | None = None) -> int:
         servers += [_server(name, work, root) for name, root in args.compare]
         for server in servers:
             print(f"# {server.name} under callgrind", file=sys.stderr, flush=True)
-            counts[server.name] = count_server(server, reviews, args.requests, work)
+            counts[server.name] = count_server(
+                server, reviews, args.requests, work, args.connections
+            )
     finally:
         stop_all()
         shutil.rmtree(work, ignore_errors=True)
-    print(report(counts, reviews, args.requests))
+    print(report(counts, reviews, args.requests, args.connections))
     return 0
 
 
 def count_server(
-    server: Server, reviews: list[Review], requests: int, work: Path
+    server: Server,
+    reviews: list[Review],
+    requests: int,
+    work: Path,
+    connections: int = CONNECTIONS,
 ) -> dict[str, int]:
     """Instructions per request for each review, in one server started under callgrind."""
     dumps = work / f"{server.name}.callgrind"
     server.wrapper = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={dumps}.%p"]
     server.start(timeout=600)
     per_review = {}
+    pool = connect(server, connections)
     try:
         for review in reviews:
-            load(server, review, WARM_UP)
+            load(server, review, max(WARM_UP, connections), pool)
             for old in work.glob(f"{server.name}.callgrind.*"):
                 old.unlink()
             _control("-z", server.pid)
-            load(server, review, requests)
+            load(server, review, requests, pool)
             _control("-d", server.pid)
             per_review[review.name] = _dumped(work, server.name) // requests
     finally:
+        for connection in pool:
+            connection.close()
         server.stop()
     return per_review
 
 
-def load(server: Server, review: Review, requests: int) -> None:
-    """`requests` POSTs of the review, spread over CONNECTIONS keep-alive connections."""
-    body = review.body
+def connect(server: Server, connections: int) -> list[http.client.HTTPSConnection]:
+    """Keep-alive connections to the server, opened by the warm-up and kept through the count:
+    TLS handshakes are not what is counted."""
     context = client_context(server.certs)
+    return [
+        http.client.HTTPSConnection(HOST, server.port, context=context, timeout=600)
+        for _ in range(connections)
+    ]
+
+
+def load(
+    server: Server, review: Review, requests: int, pool: list[http.client.HTTPSConnection]
+) -> None:
+    """`requests` POSTs of the review, spread over the connections of `pool` (a thread each:
+    under callgrind the server is the bottleneck, so each keeps one request pending)."""
+    body = review.body
     errors: list[BaseException] = []
 
-    def run(count: int) -> None:
-        connection = http.client.HTTPSConnection(HOST, server.port, context=context, timeout=600)
+    def run(connection: http.client.HTTPSConnection, count: int) -> None:
         try:
             for _ in range(count):
                 connection.request("POST", review.path, body, {"Content-Type": "application/json"})
@@ -97,11 +118,13 @@ def load(server: Server, review: Review, requests: int) -> None:
                     raise RuntimeError(f"{server.name} answered {response.status}")
         except BaseException as error:
             errors.append(error)
-        finally:
-            connection.close()
 
-    share = [requests // CONNECTIONS + (n < requests % CONNECTIONS) for n in range(CONNECTIONS)]
-    threads = [threading.Thread(target=run, args=(count,)) for count in share]
+    n = len(pool)
+    share = [requests // n + (i < requests % n) for i in range(n)]
+    threads = [
+        threading.Thread(target=run, args=(connection, count))
+        for connection, count in zip(pool, share, strict=True)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -125,11 +148,16 @@ def _dumped(work: Path, name: str) -> int:
     raise RuntimeError(f"no callgrind dump of {name} in {work}")
 
 
-def report(counts: dict[str, dict[str, int]], reviews: list[Review], requests: int) -> str:
+def report(
+    counts: dict[str, dict[str, int]],
+    reviews: list[Review],
+    requests: int,
+    connections: int = CONNECTIONS,
+) -> str:
     names = list(counts)
     lines = [
         f"Instructions per request, whole server process (callgrind; {requests} requests on "
-        f"{CONNECTIONS} connections per review, after {WARM_UP}); in brackets the ceiling's "
+        f"{connections} connections per review, after {WARM_UP}); in brackets the ceiling's "
         "count divided by the server's (the share of the ceiling's throughput it would have "
         "at equal instructions per cycle):",
         "",
@@ -150,6 +178,9 @@ def report(counts: dict[str, dict[str, int]], reviews: list[Review], requests: i
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__)
     parser.add_argument("--requests", type=int, default=800, help="counted per review (800)")
+    parser.add_argument(
+        "--connections", type=int, default=CONNECTIONS, help=f"keep-alive ({CONNECTIONS})"
+    )
     parser.add_argument(
         "--compare",
         action="append",
