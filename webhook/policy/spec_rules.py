@@ -4,6 +4,7 @@ cpu/memory quantities: capacity.py)."""
 from __future__ import annotations
 
 import json
+from functools import cache
 
 from webhook.catalog.tpu import (
     ACCELERATOR_LABEL,
@@ -237,7 +238,11 @@ def check_chip_counts(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
     options = slice_options(tpu, accelerator, catalog)
     if not options:
         return found  # an unknown topology, or a sub-slice that does not fit: reported there
-    runs = sorted({s.chips_per_host for s in options})
+    topology = tpu.topology
+    if isinstance(topology, str) and options is accelerator.shapes.get(topology):
+        runs = accelerator.chips_per_host[topology]  # all of the topology's: the catalog's table
+    else:  # a sub-slice: the shapes that fit its node pool
+        runs = tuple(sorted({s.chips_per_host for s in options}))
     apps = tpu.app_chips
     split = accelerator.multiple_tpu_containers and len(apps) > 1
     wrong = []  # loops, not comprehensions: each comprehension is a frame per review
@@ -247,7 +252,7 @@ def check_chip_counts(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
     total = tpu.chips_per_pod(split=True) if split else None
     if not wrong and (total is None or total in runs):
         return found
-    ok = " or ".join(map(str, runs))
+    ok = either(runs)
     where = _slice_name(tpu, accelerator)
     detail = f"{where} runs {ok} chips per host; set requests and limits to {ok}"
     for r in wrong:
@@ -263,6 +268,12 @@ def check_chip_counts(tpu: TpuSpec, catalog: Catalog) -> list[Violation]:
             )
         )
     return found
+
+
+@cache  # one entry per list of chip counts the catalog has: bounded by the catalog
+def either(counts: tuple[int, ...]) -> str:
+    """`4 or 8` (printing ints costs more than the rest of a denial's message)."""
+    return " or ".join(map(str, counts))
 
 
 CLAIMS = "claims"  # ChipRequest.which of the chips a DRA claim gives (policy/claims.py)
@@ -307,11 +318,11 @@ def _dynamic(catalog: Catalog) -> str:
 
 def check_requests_equal_limits(tpu: TpuSpec) -> list[Violation]:
     found = []
-    for container in tpu.tpu_containers:
-        requests, limits = container.requests, container.limits
-        if TPU_RESOURCE not in requests or TPU_RESOURCE not in limits:
-            continue
-        asked, limit = requests[TPU_RESOURCE], limits[TPU_RESOURCE]
+    for request in tpu.chips:  # one per TPU container, in order
+        if request.agreed:
+            continue  # one of the two set, or both the same amount: read once, in podspec
+        container = request.container
+        asked, limit = container.requests[TPU_RESOURCE], container.limits[TPU_RESOURCE]
         if quantity(asked) is not None and quantity(asked) != quantity(limit):
             found.append(
                 invalid(

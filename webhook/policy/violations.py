@@ -29,6 +29,7 @@ class ErrorType(StrEnum):  # a StrEnum formats as its value, with no descriptor 
 _NO_VALUE = object()
 # Errors printed without the value (a class attribute of an enum costs a lookup on every read).
 _VALUELESS = (ErrorType.REQUIRED, ErrorType.FORBIDDEN)
+_INVALID, _REQUIRED = ErrorType.INVALID, ErrorType.REQUIRED
 # A message is at most this long, whatever a rule put in it: the rest is cut.
 MAX_MESSAGE_CHARS = 1024
 
@@ -62,11 +63,11 @@ class Violation(NamedTuple):
 def invalid(
     code: str, field: FieldPath, value: object, detail: str, *, advisory: bool = False
 ) -> Violation:
-    return Violation(code, field, ErrorType.INVALID, detail, value, advisory)
+    return Violation(code, field, _INVALID, detail, value, advisory)
 
 
 def required(code: str, field: FieldPath, detail: str, *, advisory: bool = False) -> Violation:
-    return Violation(code, field, ErrorType.REQUIRED, detail, _NO_VALUE, advisory)
+    return Violation(code, field, _REQUIRED, detail, _NO_VALUE, advisory)
 
 
 def unsupported(

@@ -189,10 +189,7 @@ def _log_line(
     result: str,
     seconds: float,
 ) -> ReviewLine:
-    obj = request.object if isinstance(request.object, dict) else {}
-    raw_meta = obj.get("metadata")
-    meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
-    name = request.name or meta.get("name") or meta.get("generateName") or ""
+    name = request.name or _object_name(request.object)
     return ReviewLine(
         int(time.time() * 1000) / 1000,  # ts
         "review",  # msg
@@ -210,3 +207,11 @@ def _log_line(
         bool(request.dry_run),
         int(seconds * 1_000_000) / 1000,  # duration_ms
     )
+
+
+def _object_name(obj: object) -> object:
+    """The object's name, else its generateName (a CREATE with generateName has no name yet)."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if not isinstance(meta, dict):
+        return ""
+    return meta.get("name") or meta.get("generateName") or ""
