@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -59,12 +60,63 @@ def child_setup() -> None:  # pragma: no cover - runs in the forked child
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on just now."""
+# The kernel gives every outgoing connection a local port from net.ipv4.ip_local_port_range
+# (32768-60999 by default). A listening port picked there can be taken by any connect() between
+# the pick and the server's bind; CI saw it once (the API server's and the operators' clients
+# took the webhook's port: "Address already in use"). So ports are picked outside that range.
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_PICK = 10_000  # below: well-known and registered services a machine may run
+_PICK_ATTEMPTS = 200
+_handed_out: set[int] = set()  # never the same port twice from one process
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = (int(part) for part in _EPHEMERAL_RANGE.read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
+
+
+def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        try:
+            s.bind(("127.0.0.1", port))  # no SO_REUSEADDR: a port in TIME_WAIT is not taken
+        except OSError:
+            return False
+        return True
+
+
+def _random_pick(spans: list[range]) -> int:
+    """A port drawn uniformly from all of `spans`."""
+    k = random.randrange(sum(len(span) for span in spans))
+    for span in spans:
+        if k < len(span):
+            return span[k]
+        k -= len(span)
+    raise AssertionError("unreachable: k < the spans' total length")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on just now, that this process has not
+    handed out before, and that no outgoing connection can take before the server binds it
+    (outside the ephemeral range; the kernel's own pick inside it only if nothing outside is
+    free)."""
+    low, high = _ephemeral_range()
+    outside = [r for r in (range(_LOWEST_PICK, low), range(high + 1, 65536)) if len(r) > 0]
+    for _ in range(_PICK_ATTEMPTS if outside else 0):
+        port = _random_pick(outside)
+        if port not in _handed_out and _bindable(port):
+            _handed_out.add(port)
+            return port
+    for _ in range(_PICK_ATTEMPTS):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            chosen: int = s.getsockname()[1]
+        if chosen not in _handed_out:
+            break
+    _handed_out.add(chosen)
+    return chosen
 
 
 def stop_process(

@@ -13,7 +13,6 @@ import base64
 import json
 import os
 import re
-import socket
 import subprocess
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -27,6 +26,7 @@ from ruamel.yaml import YAML
 
 from dev.chart import url_mode_configurations
 from dev.controlplane import ControlPlane
+from dev.processes import free_port
 from dev.tools import REPO_ROOT, tools_dir
 from tests.support.webhook_process import make_certs
 from webhook.catalog import load_catalog
@@ -1297,13 +1297,6 @@ PLAIN_SPECS: dict[str, Any] = {
 KINDS = ["Pod", "Job", "CronJob", "Deployment", "StatefulSet"]
 
 
-def _closed_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port  # closed again: connections are refused
-
-
 @pytest.fixture(scope="module", params=["mutate", "validate"])
 def unreachable_webhook(
     request: pytest.FixtureRequest, control_plane: ControlPlane
@@ -1328,7 +1321,7 @@ def unreachable_webhook(
         "-f",
         str(values),
         "--set",
-        f"webhook.url.base=https://127.0.0.1:{_closed_port()}",
+        f"webhook.url.base=https://127.0.0.1:{free_port()}",
         "--set",
         f"webhook.mutating.enabled={str(which == 'mutate').lower()}",
         "--set",

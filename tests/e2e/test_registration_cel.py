@@ -8,7 +8,6 @@ when it changes the spec, never when it changes only labels, annotations or fina
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import tempfile
 import time
@@ -21,6 +20,7 @@ import pytest
 from dev.chart import url_mode_configurations
 from dev.controlplane import ControlPlane
 from dev.operator_crds import crd_dirs, install_crds
+from dev.processes import free_port
 from webhook.registration import Kind, rules, tpu_match_expression
 
 pytestmark = pytest.mark.e2e
@@ -93,13 +93,6 @@ def crd(kind: Kind) -> dict[str, Any]:
     }
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
-
-
 def configuration() -> dict[str, Any]:
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -108,7 +101,7 @@ def configuration() -> dict[str, Any]:
         "webhooks": [
             {
                 "name": "cel-kinds.tpu-webhook.io",
-                "clientConfig": {"url": f"https://127.0.0.1:{closed_port()}/validate"},
+                "clientConfig": {"url": f"https://127.0.0.1:{free_port()}/validate"},
                 "admissionReviewVersions": ["v1"],
                 "sideEffects": "None",
                 "failurePolicy": "Fail",
@@ -367,7 +360,7 @@ def update_hook(control_plane: ControlPlane) -> Iterator[None]:
     (validating,) = [
         c
         for c in url_mode_configurations(
-            f"https://127.0.0.1:{closed_port()}",
+            f"https://127.0.0.1:{free_port()}",
             cp.ca_pem,
             release="cel-updates",
             extra_values=[

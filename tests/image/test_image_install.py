@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from packaging.utils import canonicalize_name
 
 from dev.lock import BUILD_LOCK, RUNTIME_LOCK, parse_lock
+from dev.processes import free_port
 from tests.image.conftest import INSTALL, INSTALL_TIMEOUT_S, REPO_ROOT
 from tests.support.audit import installed, lock_packages, sbom_packages
 
@@ -101,13 +101,6 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
         )
     )
     return paths
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 @dataclass
